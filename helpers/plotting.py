@@ -1,0 +1,80 @@
+"""One figure style for the whole book, and ``save_figure`` that writes it to ``figures/``."""
+
+from pathlib import Path
+
+import matplotlib as mpl
+
+# Okabe and Ito's palette: distinguishable with every common form of colour blindness.
+PALETTE = {
+    "blue": "#0072B2",
+    "orange": "#E69F00",
+    "green": "#009E73",
+    "vermillion": "#D55E00",
+    "sky": "#56B4E9",
+    "purple": "#CC79A7",
+    "yellow": "#F0E442",
+    "black": "#000000",
+}
+CYCLE = [PALETTE[c] for c in ("blue", "orange", "green", "vermillion", "purple", "sky", "yellow", "black")]
+
+STYLE = {
+    "axes.prop_cycle": mpl.cycler(color=CYCLE),
+    "figure.figsize": (8.0, 3.2),
+    "figure.dpi": 100,
+    "savefig.dpi": 150,
+    "savefig.bbox": "tight",
+    # An opaque background keeps figures legible on the site's dark theme too.
+    "savefig.facecolor": "white",
+    "font.size": 10,
+    "axes.titlesize": 10,
+    "axes.labelsize": 10,
+    "legend.fontsize": 9,
+    "legend.frameon": False,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": False,
+    "image.cmap": "viridis",
+    "lines.linewidth": 1.6,
+    # Reproducible SVG: fixed ids, no date, so re-executing does not churn figures/.
+    "svg.hashsalt": "attention-chapter",
+    "svg.fonttype": "path",
+}
+
+
+def use_style() -> None:
+    """Apply the book's matplotlib style (palette, fonts, reproducible SVG)."""
+    mpl.rcParams.update(STYLE)
+
+
+def figures_dir() -> Path:
+    """The repository's ``figures/`` folder, wherever the kernel was started.
+
+    The repository is found from this package's location (an editable install, as ``make setup``
+    does) or, failing that, by walking up from the working directory to the folder holding
+    ``notebooks/``.
+    """
+    here = Path(__file__).resolve().parents[1]
+    cwd = Path.cwd().resolve()
+    candidates = [here, cwd, *cwd.parents]
+    for root in candidates:
+        if (root / "notebooks").is_dir() and (root / "helpers").is_dir():
+            return root / "figures"
+    raise FileNotFoundError("cannot find the repository (a folder with notebooks/ and helpers/)")
+
+
+def save_figure(fig, name: str, png: bool = True) -> Path:
+    """Write ``fig`` to ``figures/NAME.svg`` (and ``.png``); return the SVG's path.
+
+    ``name`` is a stable, lower-case, hyphenated name such as ``"unit-circle-lookup"``.
+    """
+    if not name or not all(c.islower() or c.isdigit() or c in "-." for c in name) or name[0] in "-.":
+        raise ValueError(f"figure name must be lower-case letters, digits and hyphens, got {name!r}")
+    if not hasattr(fig, "savefig"):
+        raise ValueError(f"expected a matplotlib figure, got {type(fig).__name__}")
+    folder = figures_dir()
+    folder.mkdir(exist_ok=True)
+    svg = folder / f"{name}.svg"
+    fig.savefig(svg, metadata={"Date": None})
+    if png:
+        fig.savefig(folder / f"{name}.png", metadata={"Software": None})
+    return svg

@@ -1,0 +1,64 @@
+"""The notebooks' structure: every MyST source is in sync with its .ipynb, every figure has a caption,
+alt text and files in figures/. (nbval, run by the same pytest, checks their outputs.)"""
+
+import re
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = sorted((ROOT / "notebooks").glob("*.md"))
+NAME = re.compile(r"^\d+\.[\dA-Z]+-[a-z0-9-]+\.md$")
+
+
+def cells(nb):
+    return [(c.cell_type, c.source.strip(), c.metadata.get("tags", []), c.metadata.get("mystnb")) for c in nb.cells]
+
+
+def test_there_are_notebooks():
+    assert SOURCES, "no notebooks/*.md found"
+
+
+@pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
+def test_pair_in_sync(md):
+    ipynb = md.with_suffix(".ipynb")
+    assert ipynb.exists(), f"{ipynb.name} is missing: run `make execute NB={md.relative_to(ROOT)}`"
+    assert cells(jupytext.read(md)) == cells(nbformat.read(ipynb, as_version=4)), (
+        f"{md.name} and {ipynb.name} differ: run `make execute NB={md.relative_to(ROOT)}`"
+    )
+
+
+@pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
+def test_notebook_is_named_by_section(md):
+    assert NAME.match(md.name), f"{md.name} should look like 9.1-attention-as-lookup.md"
+
+
+@pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
+def test_every_stored_cell_was_executed_in_order(md):
+    nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
+    counts = [c.execution_count for c in nb.cells if c.cell_type == "code"]
+    assert counts == list(range(1, len(counts) + 1)), "re-execute the notebook top to bottom (make execute)"
+
+
+@pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
+def test_every_figure_has_caption_alt_text_and_files(md):
+    nb = jupytext.read(md)
+    for i, cell in enumerate(nb.cells):
+        names = re.findall(r'save_figure\(\w+, "([a-z0-9-]+)"', cell.source)
+        if not names:
+            continue
+        meta = cell.metadata.get("mystnb", {})
+        caption = " ".join(meta.get("figure", {}).get("caption", "").split())
+        assert caption, f"cell {i} saves {names} without a figure caption"
+        assert meta.get("figure", {}).get("name", "").startswith("fig-"), f"cell {i} has no figure name"
+        assert meta.get("image", {}).get("alt"), f"cell {i} saves {names} without alt text"
+        # Readers in Jupyter see the same caption in the (site-hidden) markdown cell below the figure.
+        below = nb.cells[i + 1]
+        assert "remove-cell" in below.metadata.get("tags", []), f"cell {i + 1} should be the Jupyter caption"
+        shown = re.sub(r"^\*Figure [\d.A-Z]+\. (.*)\*$", r"\1", " ".join(below.source.split()))
+        assert shown == caption, f"cell {i + 1}'s caption differs from the figure's"
+        for name in names:
+            for ext in ("svg", "png"):
+                assert (ROOT / "figures" / f"{name}.{ext}").exists(), f"figures/{name}.{ext} is missing"
