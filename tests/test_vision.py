@@ -1,0 +1,55 @@
+import pytest
+import torch
+
+from helpers.vision import patches, sample_image, window_ids, window_merge, window_partition
+
+
+def test_sample_image_is_a_square_rgb_tensor_in_unit_range():
+    img = sample_image(64)
+    assert img.shape == (3, 64, 64) and img.dtype == torch.float32
+    assert 0 <= img.min() and img.max() <= 1 and img.std() > 0.1
+
+
+def test_patches_are_the_image_in_raster_order():
+    img = torch.arange(2 * 6 * 9, dtype=torch.float32).view(2, 6, 9)
+    p = patches(img, 3)
+    assert p.shape == (6, 2, 3, 3)
+    assert torch.equal(p[4], img[:, 3:6, 3:6])                    # second row of patches, second column
+    rows = torch.cat([torch.cat(list(p[r * 3:(r + 1) * 3]), dim=2) for r in range(2)], dim=1)
+    assert torch.equal(rows, img)
+
+
+def test_window_partition_groups_neighbours_and_merge_undoes_it():
+    x = torch.randn(2, 8, 12, 5)
+    win = window_partition(x, 4)
+    assert win.shape == (2 * 2 * 3, 16, 5)
+    assert torch.equal(win[4], x[0, 4:8, 4:8].reshape(16, 5))     # image 0, window row 1, column 1
+    assert torch.equal(window_merge(win, 4, 8, 12), x)
+
+
+def test_window_ids_regular_and_shifted():
+    ids = window_ids(8, 8, 4)
+    assert ids.unique().numel() == 4 and (ids[:4, :4] == 0).all() and (ids[4:, 4:] == 3).all()
+    shifted = window_ids(8, 8, 4, shift=2)
+    counts = torch.bincount(shifted.flatten())
+    assert counts.tolist() == [4, 8, 4, 8, 16, 8, 4, 8, 4]         # the 3 x 3 windows of Swin's figure
+    # A regular window's tokens, rolled by the shift, are one shifted window or a union of cut-off ones.
+    assert torch.equal(window_ids(8, 8, 4, shift=2).roll((-2, -2), (0, 1))[:4, :4].unique(), torch.tensor([4]))
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: sample_image(0), "positive int"),
+        (lambda: sample_image(32, top=200), "top must lie"),
+        (lambda: patches(torch.randn(3, 10, 10), 4), "must divide"),
+        (lambda: patches(torch.randn(10, 10), 5), r"\(C, H, W\)"),
+        (lambda: window_partition(torch.randn(1, 6, 6, 2), 4), "must divide"),
+        (lambda: window_partition(torch.randn(6, 6, 2), 3), r"\(B, H, W, C\)"),
+        (lambda: window_merge(torch.randn(4, 9, 2), 3, 6, 9), "do not tile"),
+        (lambda: window_ids(8, 8, 4, shift=4), "shift must lie"),
+    ],
+)
+def test_bad_arguments_raise(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
