@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from helpers.positions import frequencies, rope, sinusoidal
+from helpers.positions import alibi_bias, alibi_slopes, frequencies, rope, sinusoidal, t5_bucket
 
 
 def test_sinusoidal_values():
@@ -38,5 +38,51 @@ def test_rope_batches_and_offsets():
     ],
 )
 def test_bad_arguments_raise(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_t5_buckets_by_hand():
+    # 32 buckets, 16 per direction: offsets 0..7 exact, then 8 + 8 log(|o| / 8) / log(16), at most 15.
+    offsets = torch.tensor([0, -1, -7, -8, -16, -64, -128, -1000, 1, 8, 1000])
+    assert t5_bucket(offsets).tolist() == [0, 1, 7, 8, 10, 14, 15, 15, 17, 24, 31]
+    # Causal: 32 buckets for the past (16 exact), the future falls into bucket 0 with offset 0.
+    assert t5_bucket(torch.tensor([0, -1, -15, -16, -32, 5]), bidirectional=False).tolist() == [0, 1, 15, 16, 21, 0]
+
+
+def test_t5_buckets_are_monotone_and_in_range():
+    past = t5_bucket(-torch.arange(500))
+    assert (past.diff() >= 0).all() and past.max() == 15
+    future = t5_bucket(torch.arange(1, 500))
+    assert (future.diff() >= 0).all() and future.min() == 17 and future.max() == 31
+
+
+def test_alibi_slopes():
+    assert alibi_slopes(8).tolist() == [2.0**-i for i in range(1, 9)]
+    # Not a power of two: the 8-head slopes, then every other slope of the 16-head sequence.
+    expected = [2.0**-i for i in range(1, 9)] + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
+    assert torch.allclose(alibi_slopes(12), torch.tensor(expected, dtype=torch.float64))
+
+
+def test_alibi_bias():
+    b = alibi_bias(5, 4)
+    assert b.shape == (4, 5, 5)
+    assert torch.equal(b[:, 3, 1], -2 * alibi_slopes(4))               # query 3, key 1: distance 2
+    assert torch.equal(b, b.transpose(1, 2)) and (b.diagonal(dim1=1, dim2=2) == 0).all()
+    assert not torch.signbit(b.diagonal(dim1=1, dim2=2)).any()         # +0.0, not -0.0
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: t5_bucket(torch.tensor([0.5])), "integers"),
+        (lambda: t5_bucket(torch.tensor([1]), buckets=2), "even number"),
+        (lambda: t5_bucket(torch.tensor([1]), buckets=33), "even number"),
+        (lambda: t5_bucket(torch.tensor([1]), max_distance=8), "max_distance"),
+        (lambda: alibi_slopes(0), "positive int"),
+        (lambda: alibi_bias(0, 4), "positive int"),
+    ],
+)
+def test_bad_relative_arguments_raise(call, message):
     with pytest.raises(ValueError, match=message):
         call()
