@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 NB     ?= $(sort $(wildcard notebooks/*.md))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup execute figures test lab book clean
+.PHONY: help setup execute figures test guarantees bench lab book clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -29,6 +29,12 @@ figures: execute  ## write every figure to figures/ (the notebooks save them as 
 test: $(STAMP)  ## unit tests, pair sync, ruff, and nbval over every stored notebook
 	$(BIN)/ruff check helpers tests notebooks
 	$(BIN)/pytest
+
+guarantees: $(STAMP)  ## execute the chapter again: twice (one of them on one thread) and offline
+	$(BIN)/pytest -m chapter tests/test_chapter.py -v
+
+bench: $(STAMP)  ## execution report: seconds and peak memory per notebook, against tests/budgets.toml
+	$(BIN)/python tests/bench.py $(if $(filter command line,$(origin NB)),$(NB))
 
 lab: $(STAMP)  ## open JupyterLab on the notebooks
 	$(BIN)/jupyter lab notebooks

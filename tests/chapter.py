@@ -1,0 +1,134 @@
+"""Execute the chapter's notebooks outside pytest's own nbval run: for the determinism and offline
+checks (tests/test_chapter.py) and for the execution report (tests/bench.py).
+
+Each notebook runs in a fresh kernel, in its own folder, inside a child process so that its
+environment (thread count, network namespace) can be set and its memory measured.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+from nbval.plugin import coalesce_streams, find_comment_markers, find_metadata_tags, get_sanitize_patterns
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+SANITIZE = get_sanitize_patterns((ROOT / "tests" / "sanitize.cfg").read_text())
+COMPARED = ("text/plain", "text/html", "text/markdown", "text/latex", "image/svg+xml", "application/json")
+
+
+def comparable(nb):
+    """What nbval compares, cell by cell: stdout and text results, sanitized; no stderr, no PNG."""
+    result = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        markers = dict(find_comment_markers(cell.source)) | dict(find_metadata_tags(cell.metadata))
+        if markers.get("check", True) is False or markers.get("skip"):
+            result.append(None)                            # NBVAL_IGNORE_OUTPUT / NBVAL_SKIP
+            continue
+        texts = []
+        for out in coalesce_streams([nbformat.from_dict(o) for o in cell.outputs]):
+            if out.output_type == "stream" and out.name == "stdout":
+                texts.append(out.text)
+            elif out.output_type in ("execute_result", "display_data"):
+                texts += [f"{k}: {v}" for k, v in sorted(out.data.items()) if k in COMPARED]
+            elif out.output_type == "error":
+                texts.append(f"error: {out.ename}: {out.evalue}")
+        result.append([sanitize(t) for t in texts])
+    return result
+
+
+def sanitize(text):
+    for regex, replace in SANITIZE:
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def offline_prefix():
+    """A command prefix that runs its command with no network but loopback, or None if unavailable."""
+    if not shutil.which("unshare") or not shutil.which("ip"):
+        return None
+    probe = subprocess.run(["unshare", "-rn", "ip", "link", "set", "lo", "up"], capture_output=True)
+    return ["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$@"', "offline"] if probe.returncode == 0 else None
+
+
+def execute(path, threads=None, offline=False, timeout=600):
+    """Execute notebook ``path`` in a fresh kernel; return ``(notebook, seconds, peak MiB)``.
+
+    ``threads=1`` runs with ``OMP_NUM_THREADS=1`` and ``torch.set_num_threads(1)``. ``offline=True``
+    runs it in a network namespace that has only loopback (or, where the kernel does not allow
+    that, with a socket guard that refuses every address but loopback).
+    """
+    env = dict(os.environ)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    command = [sys.executable, __file__, str(path), str(threads or 0), str(timeout)]
+    if offline:
+        prefix = offline_prefix()
+        command = [*prefix, *command] if prefix else [*command, "guard"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout + 60)
+    if done.returncode != 0:
+        raise RuntimeError(f"executing {Path(path).name} failed:\n{done.stderr[-4000:]}")
+    report = json.loads(done.stdout.splitlines()[-1])
+    return nbformat.reads(report["notebook"], as_version=4), report["seconds"], report["peak_mib"]
+
+
+# Run first in the kernel where unshare is unavailable: refuse every connection but loopback.
+GUARD = """
+import socket as _socket
+_connect = _socket.socket.connect
+def _loopback_only(self, address):
+    host = address[0] if isinstance(address, tuple) else address
+    if isinstance(host, str) and not (host.startswith("127.") or host in ("::1", "localhost")):
+        raise OSError(f"network disabled for this test: {address!r}")
+    return _connect(self, address)
+_socket.socket.connect = _loopback_only
+"""
+
+
+def _child(path, threads, timeout, guard):
+    """In the child process: execute the notebook, sampling the memory of the kernel's process tree."""
+    import psutil
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    setup = []
+    if threads:
+        setup.append(nbformat.v4.new_code_cell(f"import torch; torch.set_num_threads({threads})"))
+    if guard:
+        setup.append(nbformat.v4.new_code_cell(GUARD))
+    nb.cells = setup + nb.cells
+    me, peak, running = psutil.Process(), [0], [True]
+
+    def sample():
+        while running[0]:
+            rss = 0
+            for p in me.children(recursive=True):
+                try:
+                    rss += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            peak[0] = max(peak[0], rss)
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(Path(path).parent)}}).execute()
+    seconds = time.perf_counter() - start
+    running[0] = False
+    sampler.join()
+    nb.cells = nb.cells[len(setup):]
+    print(json.dumps({"notebook": nbformat.writes(nb), "seconds": seconds, "peak_mib": peak[0] / 2**20}))
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), len(sys.argv) > 4)
