@@ -79,3 +79,26 @@ def window_ids(H, W, w, shift=0):
     rows = (torch.arange(H) + (w - shift) % w) // w                # window row of each grid row
     cols = (torch.arange(W) + (w - shift) % w) // w
     return rows[:, None] * (W // w + (shift > 0)) + cols[None, :]
+
+
+def window_borders(ids):
+    """Line segments ``[((x0, y0), (x1, y1)), ...]`` between grid cells of ``ids (H, W)`` that differ.
+
+    Cell ``(i, j)`` covers ``[j, j + 1] x [i, i + 1]`` (x to the right, y down, as ``imshow`` draws it);
+    the outer frame is included, so each window is drawn as a closed outline.
+    """
+    if ids.dim() != 2:
+        raise ValueError(f"ids must be an (H, W) map, got shape {tuple(ids.shape)}")
+    H, W = ids.shape
+    padded = torch.full((H + 2, W + 2), -1, dtype=torch.long)
+    padded[1:-1, 1:-1] = ids
+    segments = []
+    for i in range(H + 1):                              # horizontal borders between rows i - 1 and i
+        for j in range(W):
+            if padded[i, j + 1] != padded[i + 1, j + 1]:
+                segments.append(((j, i), (j + 1, i)))
+    for i in range(H):                                  # vertical borders between columns j - 1 and j
+        for j in range(W + 1):
+            if padded[i + 1, j] != padded[i + 1, j + 1]:
+                segments.append(((j, i), (j, i + 1)))
+    return segments

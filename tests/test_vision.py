@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers.vision import patches, sample_image, window_ids, window_merge, window_partition
+from helpers.vision import patches, sample_image, window_borders, window_ids, window_merge, window_partition
 
 
 def test_sample_image_is_a_square_rgb_tensor_in_unit_range():
@@ -53,3 +53,13 @@ def test_window_ids_regular_and_shifted():
 def test_bad_arguments_raise(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_window_borders_outline_each_window():
+    assert len(window_borders(torch.zeros(3, 5, dtype=torch.long))) == 2 * (3 + 5)     # just the frame
+    ids = window_ids(4, 4, 2)
+    segments = window_borders(ids)
+    assert len(segments) == 4 * 4 + 2 * 4                  # the frame plus one inner line each way
+    assert ((2, 0), (2, 1)) in segments and ((0, 2), (1, 2)) in segments
+    with pytest.raises(ValueError, match=r"\(H, W\)"):
+        window_borders(torch.zeros(4))
