@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers.attention import attention, causal_mask
+from helpers.efficient import tiled_attention
 from helpers.positions import frequencies, rope, sinusoidal
 
 settings.register_profile("book", max_examples=40, deadline=None, derandomize=True)
@@ -27,6 +28,22 @@ def test_weights_are_distributions_and_outputs_convex_combinations(m, n, d, d_v,
     assert torch.allclose(w.sum(-1), torch.ones(m, dtype=w.dtype))
     # A convex combination lies inside the values' bounding box, coordinate by coordinate.
     assert (out >= v.min(0).values - 1e-12).all() and (out <= v.max(0).values + 1e-12).all()
+
+
+@given(m=sizes, n=st.integers(1, 40), d=widths, tile=st.integers(1, 50), seed=seeds, masked=st.booleans())
+def test_tiled_attention_equals_full_attention(m, n, d, tile, seed, masked):
+    q, k, v = randn(seed, 2, m, d), randn(seed + 1, 2, n, d), randn(seed + 2, 2, n, 3)
+    mask = None
+    if masked:
+        mask = torch.rand(2, m, n, generator=torch.Generator().manual_seed(seed)) < 0.5
+        mask[..., 0] = False                                # every query sees at least one key
+    assert torch.allclose(tiled_attention(q, k, v, tile, mask), attention(q, k, v, mask)[0])
+
+
+@given(T=st.integers(1, 30), d=widths, tile=st.integers(1, 40), seed=seeds)
+def test_causal_tiled_attention_equals_masked_attention(T, d, tile, seed):
+    q, k, v = randn(seed, T, d), randn(seed + 1, T, d), randn(seed + 2, T, d)
+    assert torch.allclose(tiled_attention(q, k, v, tile, is_causal=True), attention(q, k, v, causal_mask(T))[0])
 
 
 @given(T=st.integers(2, 10), d=widths, cut=st.integers(1, 9), seed=seeds)
