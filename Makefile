@@ -6,10 +6,10 @@ STAMP  := $(VENV)/.installed
 NB     ?= $(sort $(wildcard notebooks/*.md))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup execute figures test guarantees bench lab book clean
+.PHONY: help setup execute figures test guarantees bench lab book site serve site-test clean
 
 help:  ## list the targets
-	@grep -hE '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
 
 setup: $(STAMP)  ## create .venv with the pinned dependencies (fast when nothing changed)
 
@@ -27,7 +27,7 @@ execute: $(STAMP)  ## re-execute notebooks in fresh kernels and re-sync their pa
 figures: execute  ## write every figure to figures/ (the notebooks save them as they run)
 
 test: $(STAMP)  ## unit tests, pair sync, ruff, and nbval over every stored notebook
-	$(BIN)/ruff check helpers tests notebooks
+	$(BIN)/ruff check helpers tests notebooks book
 	$(BIN)/pytest
 
 guarantees: $(STAMP)  ## execute the chapter again: twice (one of them on one thread) and offline
@@ -39,8 +39,32 @@ bench: $(STAMP)  ## execution report: seconds and peak memory per notebook, agai
 lab: $(STAMP)  ## open JupyterLab on the notebooks
 	$(BIN)/jupyter lab notebooks
 
-book: execute  ## execute the notebooks and write the figures
+book: execute  ## execute the notebooks, write the figures, and build the site
+	$(MAKE) --no-print-directory site
+
+# The site is built from the stored notebooks (never re-executed) by Sphinx with book/conf.py. They are
+# staged under _build/site/src with book/index.md (and README.md, which it includes), so Sphinx sees one
+# source per page, not the jupytext .md twins; cp -p keeps their times, so a rebuild rereads only what changed.
+SITE := _build/site
+NPM_STAMP := node_modules/.package-lock.json
+
+$(NPM_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+
+site: $(STAMP) $(NPM_STAMP)  ## build the static site into _build/site/html from the stored notebooks (warnings are errors)
+	rm -rf $(SITE)/src && mkdir -p $(SITE)/src/notebooks
+	cp -p book/index.md README.md $(SITE)/src/ && cp -p notebooks/*.ipynb $(SITE)/src/notebooks/
+	$(BIN)/sphinx-build -n -W --keep-going -q -b html -c book -d $(SITE)/doctrees $(SITE)/src $(SITE)/html
+	@echo "site: $(SITE)/html/index.html"
+
+serve: site  ## serve the site on http://127.0.0.1:8000 (PORT=...)
+	$(BIN)/python -m http.server --bind 127.0.0.1 --directory $(SITE)/html $(or $(PORT),8000)
+
+site-test: site  ## open every page in headless Chromium (apt's chromium) and check the site's links
+	$(BIN)/pytest -o addopts='-p no:cacheprovider' book/test_site.py
+	$(BIN)/pytest -o addopts='-p no:cacheprovider' -q --check-links --check-anchors --links-ext html \
+	  --check-links-ignore 'https?://.*' $(SITE)/html
 
 clean:  ## remove the environment and build outputs (notebooks and figures stay)
-	rm -rf $(VENV) _build .pytest_cache .hypothesis
+	rm -rf $(VENV) node_modules _build .pytest_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

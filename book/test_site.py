@@ -1,0 +1,179 @@
+"""The built site in a real browser (`make site-test`, run by .ci/run; not part of `make test`).
+
+Serves `_build/site/html` on 127.0.0.1 and opens every page in headless Chromium (Debian's package,
+driven by Playwright: Playwright's own browser download cannot work offline). For every page: status
+200, no console errors, page errors or failed requests, no request to any host but the local server,
+every image loaded, math typeset by the site's own MathJax, every link in the tables of contents
+resolving. A screenshot of each page, light and dark, goes to `_build/site/screenshots/`.
+"""
+
+import functools
+import os
+import re
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "_build" / "site" / "html"
+SHOTS = ROOT / "_build" / "site" / "screenshots"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+# Without the background-networking flags Chromium phones home at start; the sandbox needs user
+# namespaces that CI (as root) does not give it.
+FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run",
+         "--disable-sync", "--disable-quic", "--disable-gpu"]
+PAGES = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html") if not p.relative_to(SITE).parts[0].startswith("_"))
+NOTEBOOKS = [p for p in PAGES if p.startswith("notebooks/")]
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def server():
+    if not (SITE / "index.html").exists():
+        pytest.fail(f"no site at {SITE}: run `make site` first")
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(SITE)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (or set CHROMIUM=...)")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield browser
+        browser.close()
+
+
+class Visit:
+    """One page opened in a fresh browser context, with everything it asked for and complained about."""
+
+    def __init__(self, browser, url, scheme="light"):
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+        self.page = self.context.new_page()
+        self.requests, self.failed, self.errors = [], [], []
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("requestfailed", lambda r: self.failed.append(f"{r.url}: {r.failure}"))
+        self.page.on("response", lambda r: r.status >= 400 and self.failed.append(f"{r.url}: HTTP {r.status}"))
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.response = self.page.goto(url, wait_until="networkidle")
+        # MathJax typesets asynchronously after load; wait for it where the page loaded it.
+        self.page.wait_for_function("() => !window.MathJax || (MathJax.startup && MathJax.startup.promise)")
+        self.page.evaluate("() => window.MathJax ? MathJax.startup.promise : null")
+        self.page.evaluate("""() => Promise.all([...document.images].map(i => i.complete ? null :
+            new Promise(done => { i.onload = i.onerror = done; })))""")
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture(scope="module", params=PAGES)
+def visit(request, server, browser):
+    v = Visit(browser, urljoin(server, request.param))
+    yield v
+    v.close()
+
+
+def test_there_are_pages():
+    assert "index.html" in PAGES and NOTEBOOKS, f"expected index.html and notebooks/*.html in {SITE}"
+
+
+def test_page_loads_cleanly(visit):
+    assert visit.response.status == 200
+    assert not visit.errors, visit.errors
+    assert not visit.failed, visit.failed
+
+
+def test_no_request_leaves_the_site(visit, server):
+    local = urlsplit(server).netloc
+    away = [u for u in visit.requests if urlsplit(u).scheme not in ("data", "blob") and urlsplit(u).netloc != local]
+    assert not away, f"requests to other hosts: {away}"
+
+
+def test_every_image_loaded(visit):
+    broken = visit.page.evaluate("() => [...document.images].filter(i => !(i.naturalWidth > 0)).map(i => i.src)")
+    assert not broken, broken
+
+
+def test_math_is_typeset_by_the_sites_mathjax(visit, server):
+    math = visit.page.locator(".math").count()
+    if not math:
+        pytest.skip("no math on this page")
+    assert any(u.startswith(urljoin(server, "_static/mathjax/")) for u in visit.requests)
+    untypeset = visit.page.evaluate("""() => [...document.querySelectorAll('.math')]
+        .filter(m => !m.querySelector('mjx-container')).length""")
+    assert untypeset == 0, f"{untypeset} of {math} math elements were not typeset"
+    # Raw TeX left in the prose (outside code) means a formula MathJax never saw.
+    prose = visit.page.evaluate("""() => { const main = document.querySelector('main').cloneNode(true);
+        main.querySelectorAll('pre, code, mjx-container, .cell_output, script').forEach(e => e.remove());
+        return main.innerText; }""")
+    raw = re.findall(r"\\(?:frac|sqrt|sum|begin|operatorname)\b|\$\$|\\\(|\\\[", prose)
+    assert not raw, f"raw TeX left on the page: {raw[:5]}"
+
+
+def test_tables_of_contents_resolve(visit):
+    """Every link in the sidebar and the page's own contents leads to a page that exists and an anchor on it."""
+    links = visit.page.evaluate("""() => [...document.querySelectorAll(
+        '.bd-sidebar-primary nav a, .bd-toc a, .toctree-wrapper a')].map(a => a.href)""")
+    assert links, "no table of contents found"
+    ids = {}
+    for link in sorted(set(links)):
+        page, _, anchor = link.partition("#")
+        if page not in ids:
+            response = visit.context.request.get(page)
+            assert response.status == 200, f"{link}: HTTP {response.status}"
+            ids[page] = set(re.findall(r'\bid="([^"]+)"', response.text()))
+        assert not anchor or anchor in ids[page], f"{link}: no element with id {anchor!r}"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_page_has_figures_captions_alt_text_and_a_download(name, server, browser):
+    """Figures are numbered by section (Figure 9.1.1, ...), with their caption and alt text; copy and download buttons."""
+    v = Visit(browser, urljoin(server, name))
+    try:
+        section = re.match(r"notebooks/(\d+\.[0-9A-Z]+)-", name)[1]
+        figures = v.page.evaluate("""() => [...document.querySelectorAll('figure')].map(f => ({
+            number: (f.querySelector('.caption-number') || {}).innerText || '',
+            caption: (f.querySelector('figcaption') || {}).innerText || '',
+            alt: (f.querySelector('img') || {}).alt || ''}))""")
+        for k, figure in enumerate(figures, start=1):
+            assert figure["number"].strip() == f"Figure {section}.{k}", figure
+            assert len(figure["caption"]) > len(figure["number"]) + 10, figure
+            assert figure["alt"].strip(), f"figure {k} has no alt text"
+        inputs = v.page.locator("div.cell_input").count()
+        uncopyable = v.page.evaluate("""() => [...document.querySelectorAll('div.cell_input')]
+            .filter(c => !c.querySelector('button.copybtn')).length""")
+        assert inputs and not uncopyable, f"{uncopyable} of {inputs} code cells have no copy button"
+        download = v.page.evaluate("() => [...document.querySelectorAll('a')].map(a => a.href).filter(h => h.endsWith('.ipynb'))")
+        assert download, "no download link for the notebook"
+        response = v.context.request.get(download[0])
+        assert response.status == 200 and response.json()["cells"], f"{download[0]} is not the notebook"
+    finally:
+        v.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("name", PAGES)
+def test_screenshot(name, scheme, server, browser):
+    """A full-page screenshot of every page in both themes, for a person to look at."""
+    v = Visit(browser, urljoin(server, name), scheme)
+    try:
+        assert v.page.evaluate("() => document.documentElement.dataset.theme") == scheme
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        v.page.screenshot(path=SHOTS / f"{name.replace('/', '-').removesuffix('.html')}-{scheme}.png", full_page=True)
+    finally:
+        v.close()
