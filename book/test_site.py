@@ -140,6 +140,15 @@ def test_tables_of_contents_resolve(visit):
         assert not anchor or anchor in ids[page], f"{link}: no element with id {anchor!r}"
 
 
+def test_cross_references_name_their_target(visit):
+    """A reference to a figure reads "Figure 9.N.K", numbered by section; one to a section, its title."""
+    refs = visit.page.evaluate("""() => [...document.querySelectorAll('main a.reference.internal')]
+        .flatMap(a => [...a.querySelectorAll('.std-numref, .std-ref')])
+        .map(r => [r.classList.contains('std-numref'), r.innerText.trim()])""")
+    for numbered, text in refs:
+        assert re.fullmatch(r"(Figure|Table|Listing) \d+\.[0-9A-Z]+\.\d+" if numbered else r"\S.*", text), text
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_page_has_figures_captions_alt_text_and_a_download(name, server, browser):
     """Figures are numbered by section (Figure 9.1.1, ...), with their caption and alt text; copy and download buttons."""
