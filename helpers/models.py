@@ -42,3 +42,68 @@ class AttentionSeq2Seq(nn.Module):
             weights.append(a)
             prev = target[:, t] if target is not None else logit.argmax(-1)
         return torch.stack(logits, 1), torch.stack(weights, 1)
+
+
+class AddingTransformer(nn.Module):
+    """One pre-normalization transformer block that reads a sequence through a learned readout token.
+
+    ``x (B, T, features) -> (B,)``: the features are mapped to width ``d``, a learned readout token
+    is prepended, learned position embeddings are added (``T + 1`` positions), one block of
+    ``heads``-head self-attention and a ``4d`` GELU MLP runs, and the readout token's final state,
+    normalized, is mapped to one number. ``forward(x, need_weights=True)`` also returns the readout
+    token's attention weights per head, ``(B, heads, T + 1)`` (position 0 is the readout token).
+    """
+
+    def __init__(self, features=2, length=100, d=64, heads=4):
+        super().__init__()
+        if d % heads:
+            raise ValueError(f"width d={d} must be divisible by heads={heads}")
+        self.length = length
+        self.embed = nn.Linear(features, d)
+        self.readout = nn.Parameter(torch.zeros(1, 1, d))
+        self.pos = nn.Embedding(length + 1, d)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.ln = nn.LayerNorm(d)
+        self.out = nn.Linear(d, 1)
+        # Small learned embeddings, as in GPT-2 and ViT: nn.Embedding's default N(0, 1) positions
+        # would swamp the embedded values and markers, and slow the search for the markers.
+        nn.init.normal_(self.readout, std=0.02)
+        nn.init.normal_(self.pos.weight, std=0.02)
+
+    def forward(self, x, need_weights=False):
+        if x.dim() != 3 or x.shape[1] != self.length or x.shape[2] != self.embed.in_features:
+            raise ValueError(f"x must be (batch, {self.length}, {self.embed.in_features}), got {tuple(x.shape)}")
+        h = torch.cat([self.readout.expand(len(x), -1, -1), self.embed(x)], dim=1)   # (B, T+1, d)
+        h = h + self.pos.weight
+        a = self.ln1(h)
+        # Only the readout token's final state is read, and the block is position-wise after the
+        # attention, so the readout token alone queries (keys and values come from every position)
+        # and the MLP runs on it alone: the same function, a hundred times less work.
+        r, w = self.attn(a[:, :1], a, a, need_weights=need_weights, average_attn_weights=False)
+        r = h[:, 0] + r[:, 0]                                                          # (B, d)
+        r = r + self.mlp(self.ln2(r))
+        y = self.out(self.ln(r)).squeeze(-1)                                           # (B,)
+        return (y, w[:, :, 0]) if need_weights else y
+
+
+class RecurrentRegressor(nn.Module):
+    """A GRU or vanilla (tanh) RNN whose last hidden state is mapped linearly to one number.
+
+    ``x (B, T, features) -> (B,)``. ``cell`` is ``"gru"`` or ``"rnn"``.
+    """
+
+    def __init__(self, cell="gru", features=2, hidden=64):
+        super().__init__()
+        kinds = {"gru": nn.GRU, "rnn": nn.RNN}
+        if cell not in kinds:
+            raise ValueError(f"cell must be one of {sorted(kinds)}, got {cell!r}")
+        self.rnn = kinds[cell](features, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, 1)
+
+    def forward(self, x):
+        if x.dim() != 3 or x.shape[2] != self.rnn.input_size:
+            raise ValueError(f"x must be (batch, length, {self.rnn.input_size}), got {tuple(x.shape)}")
+        _, h = self.rnn(x)                                        # h: (1, B, hidden), the last state
+        return self.out(h[-1]).squeeze(-1)

@@ -28,3 +28,42 @@ def train(model, batch_fn, loss_fn, steps, lr=1e-3, clip=1.0, desc="training"):
         losses.append(loss.item())
     model.eval()
     return losses
+
+
+def train_and_evaluate(model, batch_fn, loss_fn, steps, evaluate, every=25, lr=1e-3, clip=1.0, on_step=None):
+    """Train ``model`` with Adam and gradient clipping, evaluating it every ``every`` steps.
+
+    ``batch_fn(step)`` gives the inputs of ``loss_fn(model, batch) -> scalar loss``;
+    ``evaluate(model) -> float`` is called (under ``torch.no_grad`` and in eval mode) before the
+    first step and after every ``every``-th step, and always after the last. ``on_step(step)`` is
+    called after each step (for progress reporting). Returns ``(eval_steps, eval_values)``.
+    """
+    if steps < 1 or every < 1:
+        raise ValueError(f"steps and every must be positive, got steps={steps}, every={every}")
+    if lr <= 0 or (clip is not None and clip <= 0):
+        raise ValueError(f"lr and clip must be positive, got lr={lr}, clip={clip}")
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+
+    def record(step):
+        model.eval()
+        with torch.no_grad():
+            history[0].append(step)
+            history[1].append(float(evaluate(model)))
+        model.train()
+
+    history = ([], [])
+    model.train()
+    record(0)
+    for step in range(1, steps + 1):
+        loss = loss_fn(model, batch_fn(step))
+        opt.zero_grad()
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        if step % every == 0 or step == steps:
+            record(step)
+        if on_step is not None:
+            on_step(step)
+    model.eval()
+    return history

@@ -1,0 +1,28 @@
+import pytest
+import torch
+
+from helpers.data import adding_problem_batch
+
+
+def test_adding_problem_batch_shapes_and_target():
+    x, y = adding_problem_batch(32, 100, torch.Generator().manual_seed(0))
+    assert x.shape == (32, 100, 2) and y.shape == (32,)
+    markers = x[..., 1]
+    assert torch.equal(markers.sum(1), torch.full((32,), 2.0))
+    assert (markers[:, :50].sum(1) == 1).all() and (markers[:, 50:].sum(1) == 1).all()   # one per half
+    assert torch.allclose((x[..., 0] * markers).sum(1), y)
+    assert ((x[..., 0] >= 0) & (x[..., 0] < 1)).all()
+
+
+def test_adding_problem_batch_is_reproducible_and_has_the_plateau_at_one_sixth():
+    a = adding_problem_batch(4, 10, torch.Generator().manual_seed(1))
+    b = adding_problem_batch(4, 10, torch.Generator().manual_seed(1))
+    assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True))
+    _, y = adding_problem_batch(20000, 10, torch.Generator().manual_seed(2))
+    assert abs(((y - 1) ** 2).mean().item() - 1 / 6) < 0.01      # predicting the mean costs 1/6
+
+
+@pytest.mark.parametrize(("batch", "length"), [(0, 10), (4, 1), (4, 7)])
+def test_adding_problem_batch_rejects_bad_sizes(batch, length):
+    with pytest.raises(ValueError):
+        adding_problem_batch(batch, length, torch.Generator())
