@@ -6,8 +6,10 @@ sparse masks, random features) are written out in the notebook; this module hold
 batched and tested versions and the measuring plumbing.
 """
 
+import contextlib
 import functools
 import math
+import os
 import sys
 import time
 
@@ -79,6 +81,20 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Send file descriptor 2 to /dev/null for a moment (C++ logging does not go through sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def peak_memory(fn, device=None):
     """Bytes allocated by ``fn()`` at its peak, above what was allocated when it started (measured).
 
@@ -100,9 +116,15 @@ def peak_memory(fn, device=None):
         raise ValueError(f"peak_memory measures the CPU or CUDA, not {device.type}")
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():                                # the profiler logs its start and stop on fd 2
+        prof.start()
+    try:
         out = fn()
         del out
+    finally:
+        with _quiet_stderr():
+            prof.stop()
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
     events.sort(key=lambda e: e.start_ns())
     now = peak = 0
