@@ -13,18 +13,23 @@ def attention(q, k, v, mask=None):
     Shapes: ``q (..., m, d_k)``, ``k (..., n, d_k)``, ``v (..., n, d_v)``, ``mask`` broadcastable
     to ``(..., m, n)`` -> outputs ``(..., m, d_v)``, weights ``(..., m, n)``.
     """
-    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError("q, k and v need at least two dimensions (tokens, features)")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"queries and keys differ in width: {q.shape[-1]} != {k.shape[-1]}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"keys and values differ in number: {k.shape[-2]} != {v.shape[-2]}")
+    check_qkv(q, k, v)
     s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5          # (..., m, n) scores
     if mask is not None:
         check_mask(mask, s.shape)
         s = s.masked_fill(mask, float("-inf"))
     w = torch.softmax(s, dim=-1)
     return w @ v, w
+
+
+def check_qkv(q, k, v):
+    """Raise ``ValueError`` unless ``q (..., m, d_k)``, ``k (..., n, d_k)``, ``v (..., n, d_v)`` fit."""
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError("q, k and v need at least two dimensions (tokens, features)")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"queries and keys differ in width: {q.shape[-1]} != {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"keys and values differ in number: {k.shape[-2]} != {v.shape[-2]}")
 
 
 def check_mask(mask, shape):

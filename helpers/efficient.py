@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from helpers.attention import check_mask
+from helpers.attention import check_mask, check_qkv
 from helpers.positions import rope
 
 
@@ -34,12 +34,7 @@ def tiled_attention(q, k, v, tile, mask=None, is_causal=False):
     """
     if not isinstance(tile, int) or isinstance(tile, bool) or tile < 1:
         raise ValueError(f"tile must be a positive int, got {tile!r}")
-    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError("q, k and v need at least two dimensions (tokens, features)")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"queries and keys differ in width: {q.shape[-1]} != {k.shape[-1]}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"keys and values differ in number: {k.shape[-2]} != {v.shape[-2]}")
+    check_qkv(q, k, v)
     m_q, n = q.shape[-2], k.shape[-2]
     if mask is not None:
         lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])

@@ -6,6 +6,16 @@ import torch
 from tqdm import tqdm
 
 
+def _step(model, opt, loss, clip):
+    """One optimizer step on ``loss``, with the gradient norm clipped at ``clip``; returns the loss."""
+    opt.zero_grad()
+    loss.backward()
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+    return loss.item()
+
+
 def train(model, batch_fn, loss_fn, steps, lr=1e-3, clip=1.0, desc="training"):
     """Train ``model`` with Adam and gradient clipping; return the list of training losses.
 
@@ -19,13 +29,7 @@ def train(model, batch_fn, loss_fn, steps, lr=1e-3, clip=1.0, desc="training"):
     losses = []
     model.train()
     for step in tqdm(range(steps), desc=desc, file=sys.stderr, mininterval=1.0, leave=False):
-        loss = loss_fn(model, batch_fn(step))
-        opt.zero_grad()
-        loss.backward()
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        losses.append(loss.item())
+        losses.append(_step(model, opt, loss_fn(model, batch_fn(step)), clip))
     model.eval()
     return losses
 
@@ -55,12 +59,7 @@ def train_and_evaluate(model, batch_fn, loss_fn, steps, evaluate, every=25, lr=1
     model.train()
     record(0)
     for step in range(1, steps + 1):
-        loss = loss_fn(model, batch_fn(step))
-        opt.zero_grad()
-        loss.backward()
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
+        _step(model, opt, loss_fn(model, batch_fn(step)), clip)
         if step % every == 0 or step == steps:
             record(step)
         if on_step is not None:
