@@ -27,7 +27,7 @@ execute: $(STAMP)  ## re-execute notebooks in fresh kernels and re-sync their pa
 figures: execute  ## write every figure to figures/ (the notebooks save them as they run)
 
 test: $(STAMP)  ## unit tests, pair sync, ruff, and nbval over every stored notebook
-	$(BIN)/ruff check helpers tests notebooks book
+	$(BIN)/ruff check helpers tests notebooks book conftest.py
 	$(BIN)/pytest
 
 guarantees: $(STAMP)  ## execute the chapter again: twice (one of them on one thread) and offline
