@@ -18,10 +18,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,site]'
 	touch $@
 
+# After a sync the .md is written last; touching the .ipynb marks its outputs as the newer of the pair.
 execute: $(STAMP)  ## re-execute notebooks in fresh kernels and re-sync their pairs (NB=notebooks/x.md for one)
 	@for nb in $(NB); do \
 	  echo "executing $${nb%.*}"; \
 	  $(BIN)/jupytext --sync --execute --quiet "$${nb%.*}.md" || exit 1; \
+	  touch "$${nb%.*}.ipynb"; \
 	done
 
 figures: execute  ## write every figure to figures/ (the notebooks save them as they run)

@@ -1,5 +1,6 @@
 """One figure style for the whole book, and ``save_figure`` that writes it to ``figures/``."""
 
+import os
 from pathlib import Path
 
 import matplotlib as mpl
@@ -51,8 +52,11 @@ def figures_dir() -> Path:
 
     The repository is found from this package's location (an editable install, as ``make setup``
     does) or, failing that, by walking up from the working directory to the folder holding
-    ``notebooks/``.
+    ``notebooks/``. The environment variable ``BOOK_FIGURES`` overrides it: the tests set it so that
+    re-executing the notebooks does not rewrite the committed figures.
     """
+    if os.environ.get("BOOK_FIGURES"):
+        return Path(os.environ["BOOK_FIGURES"])
     here = Path(__file__).resolve().parents[1]
     cwd = Path.cwd().resolve()
     candidates = [here, cwd, *cwd.parents]

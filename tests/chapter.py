@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -68,6 +69,8 @@ def execute(path, threads=None, offline=False, timeout=600):
     that, with a socket guard that refuses every address but loopback).
     """
     env = dict(os.environ)
+    # Figures go to a scratch folder: a re-execution must not rewrite the committed ones.
+    env.setdefault("BOOK_FIGURES", tempfile.mkdtemp(prefix="book-figures-"))
     if threads is not None:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     command = [sys.executable, __file__, str(path), str(threads or 0), str(timeout)]

@@ -55,8 +55,14 @@ def test_save_figure_is_reproducible(tmp_path, monkeypatch):
     assert texts[0] == texts[1]
 
 
-def test_figures_dir_is_the_repository_folder():
-    assert plotting.figures_dir().parent == plotting.Path(helpers.__file__).resolve().parents[1]
+def test_figures_dir_is_the_repository_folder(monkeypatch):
+    monkeypatch.delenv("BOOK_FIGURES", raising=False)
+    assert plotting.figures_dir() == plotting.Path(helpers.__file__).resolve().parents[1] / "figures"
+
+
+def test_figures_dir_can_be_redirected(tmp_path, monkeypatch):
+    monkeypatch.setenv("BOOK_FIGURES", str(tmp_path))
+    assert plotting.figures_dir() == tmp_path
 
 
 @pytest.mark.parametrize("name", ["", "Bad Name", "-x", "a/b"])
