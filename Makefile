@@ -18,11 +18,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,site]'
 	touch $@
 
-# After a sync the .md is written last; touching the .ipynb marks its outputs as the newer of the pair.
+# After a sync the .md is written last; book/clean.py strips what every run churns (timestamps, progress
+# bars), and touching the .ipynb marks its outputs as the newer of the pair.
 execute: $(STAMP)  ## re-execute notebooks in fresh kernels and re-sync their pairs (NB=notebooks/x.md for one)
 	@for nb in $(NB); do \
 	  echo "executing $${nb%.*}"; \
 	  $(BIN)/jupytext --sync --execute --quiet "$${nb%.*}.md" || exit 1; \
+	  $(BIN)/python book/clean.py "$${nb%.*}.ipynb" || exit 1; \
 	  touch "$${nb%.*}.ipynb"; \
 	done
 
@@ -32,7 +34,7 @@ test: $(STAMP)  ## unit tests, pair sync, ruff, and nbval over every stored note
 	$(BIN)/ruff check helpers tests notebooks book conftest.py
 	$(BIN)/pytest
 
-guarantees: $(STAMP)  ## execute the chapter again: twice (one of them on one thread) and offline
+guarantees: $(STAMP)  ## execute the chapter again under a simulated hardware matrix (CPU kernels, MKL, threads), offline
 	$(BIN)/pytest -m chapter tests/test_chapter.py -v
 
 bench: $(STAMP)  ## execution report: seconds and peak memory per notebook, against tests/budgets.toml

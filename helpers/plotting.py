@@ -1,6 +1,8 @@
 """One figure style for the whole book, and ``save_figure`` that writes it to ``figures/``."""
 
+import io
 import os
+import re
 from pathlib import Path
 
 import matplotlib as mpl
@@ -78,7 +80,25 @@ def save_figure(fig, name: str, png: bool = True) -> Path:
     folder = figures_dir()
     folder.mkdir(exist_ok=True)
     svg = folder / f"{name}.svg"
-    fig.savefig(svg, metadata={"Date": None})
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    svg.write_text(round_coordinates(buffer.getvalue().decode()))
     if png:
         fig.savefig(folder / f"{name}.png", metadata={"Software": None})
     return svg
+
+
+# matplotlib writes SVG coordinates with 6 decimals, so a figure computed on another CPU, whose floats
+# differ in the last bits, would churn figures/. A hundredth of a point is far below what shows.
+# Comments (the text of labels) and scale factors (glyphs are drawn at scale(0.015625)) keep theirs.
+DECIMALS = re.compile(r"-?\d+\.\d{3,}")
+KEPT = re.compile(r"(<!--.*?-->|(?:scale|matrix|rotate)\([^)]*\))", re.S)
+
+
+def round_coordinates(svg: str) -> str:
+    """Round every coordinate with three or more decimals in ``svg`` to two."""
+    def short(match):
+        value = round(float(match[0]), 2)
+        return f"{value:.2f}".rstrip("0").rstrip(".") if value else "0"
+
+    return "".join(p if KEPT.fullmatch(p) else DECIMALS.sub(short, p) for p in KEPT.split(svg))

@@ -14,7 +14,7 @@ def sample_image(size=224, top=0):
     """Grace Hopper's portrait as a float tensor ``(3, size, size)`` with values in ``[0, 1]``.
 
     The 600 x 512 photograph is cropped to its 512 x 512 square starting at row ``top`` (the face is
-    near the top) and resized with antialiasing to ``size x size``.
+    near the top) and resized with antialiasing to ``size x size``; its values are multiples of 1/255.
     """
     if not isinstance(size, int) or size < 1:
         raise ValueError(f"size must be a positive int, got {size!r}")
@@ -23,9 +23,11 @@ def sample_image(size=224, top=0):
     H, W, _ = img.shape
     if not 0 <= top <= H - W:
         raise ValueError(f"top must lie in 0..{H - W} so that the square fits, got {top}")
-    img = img[top:top + W].permute(2, 0, 1).float() / 255          # (3, 512, 512)
+    img = img[top:top + W].permute(2, 0, 1).double() / 255         # (3, 512, 512)
     img = F.interpolate(img[None], size=(size, size), mode="bilinear", antialias=True, align_corners=False)[0]
-    return img.clamp(0, 1)
+    # Resized in float64 and rounded to 8-bit levels, so that every CPU gives the same pixels: in float32
+    # the kernels of different instruction sets differ in the last bit, which would churn the figures.
+    return ((img.clamp(0, 1) * 255).round() / 255).float()
 
 
 def patches(img, P):

@@ -1,0 +1,34 @@
+"""Strip what a re-execution churns from stored notebooks, so that `git diff` shows only real change.
+
+`make execute` runs this after executing each notebook. It removes
+- each cell's execution timestamps (`metadata.execution`, written by nbclient),
+- stderr streams: progress-bar frames and warnings, never compared by nbval (see conftest.py) and
+  noise in the stored file (tqdm still draws its bars while a notebook runs),
+- the Python patch version in the notebook's metadata, which differs from one reader to the next.
+
+Usage: python book/clean.py NOTEBOOK.ipynb [...]
+"""
+
+import sys
+
+import nbformat
+
+
+def clean(nb):
+    """Clean notebook ``nb`` in place; return it."""
+    nb.metadata.get("language_info", {}).pop("version", None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and o.name == "stderr")]
+    return nb
+
+
+def is_clean(nb):
+    """True when ``clean`` would change nothing."""
+    return nb == clean(nbformat.from_dict(nb))
+
+
+if __name__ == "__main__":
+    for path in sys.argv[1:]:
+        nbformat.write(clean(nbformat.read(path, as_version=4)), path)
