@@ -1,0 +1,182 @@
+"""The exercises: every checker accepts the notebook's reference solution and rejects plausible wrong
+answers, each with its own message; every section ends with 4 to 6 exercises laid out the same way.
+
+The reference solutions are the notebooks' own hidden solution cells, executed here after the notebook's
+setup cell; the wrong answers are the usual mistakes, written out below.
+"""
+
+import math
+import re
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+import torch
+
+from helpers import exercises
+from helpers.exercises import EXERCISES, verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = ("9.1",)
+NOTEBOOKS = {s: next((ROOT / "notebooks").glob(f"{s}-*.md")) for s in SECTIONS}
+HEADING = re.compile(r"^### Exercise (\d+\.\d+\.\d+): \S", re.M)
+CHECK = re.compile(r'^check\("(\d+\.\d+\.\d+)", (\w+)\)$', re.M)
+
+
+def exercise_cells(nb):
+    """The cells after the notebook's "## Exercises" heading."""
+    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
+    return nb.cells[start:]
+
+
+def hidden(cell):
+    return cell.metadata.get("jupyter", {}).get("source_hidden") is True and "hide-input" in cell.metadata.get("tags", [])
+
+
+def checked_cells(section):
+    """(number, name, cell) for each code cell ending in a check call, in order."""
+    nb = jupytext.read(NOTEBOOKS[section])
+    return [(*CHECK.search(c.source).groups(), c) for c in exercise_cells(nb)
+            if c.cell_type == "code" and CHECK.search(c.source)]
+
+
+def run_cell(section, cell, monkeypatch):
+    """Execute the notebook's setup cell and then ``cell``; return what it passed to ``check``."""
+    nb = jupytext.read(NOTEBOOKS[section])
+    checked = []
+    record = lambda number, answer: checked.append((number, answer))
+    monkeypatch.setattr(exercises, "check", record)       # for a cell that imports check itself
+    namespace = {}
+    exec(next(c for c in nb.cells if c.cell_type == "code").source, namespace)
+    namespace["check"] = record
+    exec(cell.source, namespace)
+    assert len(checked) == 1, "a cell checks one exercise"
+    return checked[0]
+
+
+def solutions():
+    return [(s, number, name, cell) for s in SECTIONS for number, name, cell in checked_cells(s) if hidden(cell)]
+
+
+def starters():
+    return [(s, number, name, cell) for s in SECTIONS for number, name, cell in checked_cells(s) if not hidden(cell)]
+
+
+def ids(case):
+    return case[1]
+
+
+# Wrong answers: for each exercise, (the mistake, a piece of the hint that must name it).
+
+def _sdpa(Q, K, V, scale, dim=-1):
+    w = torch.softmax(Q @ K.transpose(-2, -1) * scale, dim=dim)
+    return w @ V, w
+
+
+def _scale_samples(d, g, reduce):
+    q, k = torch.randn(2000, d, generator=g), torch.randn(2000, d, generator=g)
+    return reduce((q * k).sum(-1))
+
+
+WRONG = {
+    "9.1.1": [
+        (lambda Q, K, V: _sdpa(Q, K, V, 1.0), "without the scale"),
+        (lambda Q, K, V: _sdpa(Q, K, V, 1 / Q.shape[-1]), "divided the scores by d_k"),
+        (lambda Q, K, V: _sdpa(Q, K, V, Q.shape[-1] ** -0.5, dim=-2), "sum to one over the queries"),
+        (lambda Q, K, V: (_sdpa(Q, K, V, Q.shape[-1] ** -0.5)[0], _sdpa(Q, K, V, Q.shape[-1] ** -0.5)[1].mT), "transposed"),
+        (lambda Q, K, V: (V[..., :1, :], _sdpa(Q, K, V, Q.shape[-1] ** -0.5)[1]), "outputs are weights @ V"),
+        (lambda Q, K, V: _sdpa(Q, K, V, Q.shape[-1] ** -0.5)[1], "return a tuple"),
+    ],
+    "9.1.2": [
+        (lambda r, rho: 1 / math.sqrt(r), "keys' norm matters"),
+        (lambda r, rho: rho / r, "take the square root"),
+        (lambda r, rho: math.sqrt(r / rho), "Upside down"),
+    ],
+    "9.1.3": [
+        (lambda d, g: _scale_samples(d, g, lambda s: 1 / s.var()), "1 / variance"),
+        (lambda d, g: _scale_samples(d, g, lambda s: s.std()), "Upside down"),
+        (lambda d, g: 1 / (torch.randn(2000, generator=g) * torch.randn(2000, generator=g)).std(), "does not change with d"),
+    ],
+}
+
+
+@pytest.mark.parametrize("case", solutions(), ids=ids)
+def test_reference_solution_passes(case, monkeypatch):
+    section, number, name, cell = case
+    checked, answer = run_cell(section, cell, monkeypatch)
+    assert checked == number
+    ok, message = verdict(number, answer)
+    assert ok, message
+    assert message.startswith(f"Exercise {number}: correct.")
+
+
+@pytest.mark.parametrize("case", starters(), ids=ids)
+def test_untouched_starter_is_not_attempted(case, monkeypatch):
+    section, number, name, cell = case
+    checked, answer = run_cell(section, cell, monkeypatch)
+    assert checked == number
+    assert "...  # your code here" in cell.source
+    ok, message = verdict(number, answer)
+    assert ok is None and message == f"Exercise {number}: not attempted yet. Complete {name} above and run the cell again."
+
+
+@pytest.mark.parametrize("number", sorted(WRONG))
+def test_each_wrong_answer_is_rejected_with_its_own_message(number):
+    messages = []
+    for answer, hint in WRONG[number]:
+        ok, message = verdict(number, answer)
+        assert ok is False, f"{number} accepted a wrong answer meant to be caught as {hint!r}"
+        assert hint in message, f"{number}: expected the hint {hint!r}, got: {message}"
+        messages.append(message)
+    assert len(WRONG[number]) >= 2
+    assert len(set(messages)) == len(messages), messages
+
+
+def test_every_checker_has_wrong_answers_and_a_notebook():
+    in_notebooks = {number for s in SECTIONS for number, _, _ in checked_cells(s)}
+    registered = {n for n in EXERCISES if n.rsplit(".", 1)[0] in SECTIONS}
+    assert registered == in_notebooks
+    assert registered <= set(WRONG), f"checkers without wrong answers: {sorted(registered - set(WRONG))}"
+
+
+def test_a_starter_that_raises_not_implemented_is_not_attempted():
+    def starter(Q, K, V):
+        raise NotImplementedError
+    ok, message = verdict("9.1.1", starter)
+    assert ok is None and "not attempted yet" in message
+
+
+def test_an_answer_that_raises_says_what():
+    ok, message = verdict("9.1.1", lambda Q, K, V: Q @ V)
+    assert ok is False and "raised RuntimeError" in message
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_section_ends_with_four_to_six_exercises(section):
+    """Numbered headings in order, at least three checked, each checked one followed by its hidden solution."""
+    nb = jupytext.read(NOTEBOOKS[section])
+    cells = exercise_cells(nb)
+    numbers = HEADING.findall("\n".join(c.source for c in cells if c.cell_type == "markdown"))
+    assert numbers == [f"{section}.{k}" for k in range(1, len(numbers) + 1)], numbers
+    assert 4 <= len(numbers) <= 6, numbers
+    checked = checked_cells(section)
+    assert len({n for n, _, _ in checked}) >= 3
+    pairs = [(number, hidden(cell)) for number, _, cell in checked]
+    assert pairs[0::2] == [(n, False) for n, _ in pairs[0::2]] and pairs[1::2] == [(n, True) for n, _ in pairs[0::2]]
+    # A written answer sits in a <details> block, closed until clicked.
+    for c in cells:
+        if c.cell_type == "markdown" and "Solution" in c.source:
+            assert "<details>\n<summary>Solution</summary>\n" in c.source and c.source.rstrip().endswith("</details>")
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_stored_outputs_show_starters_untouched_and_solutions_passing(section):
+    stored = nbformat.read(NOTEBOOKS[section].with_suffix(".ipynb"), as_version=4)
+    for cell in exercise_cells(stored):
+        found = cell.cell_type == "code" and CHECK.search(cell.source)
+        if not found:
+            continue
+        text = "".join(o.get("text", "") for o in cell.outputs)
+        verdict_ = "correct." if hidden(cell) else "not attempted yet."
+        assert text.startswith(f"Exercise {found[1]}: {verdict_}"), text
