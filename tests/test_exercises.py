@@ -18,7 +18,7 @@ from helpers import exercises
 from helpers.exercises import EXERCISES, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("9.1",)
+SECTIONS = ("9.1", "9.2", "9.3")
 NOTEBOOKS = {s: next((ROOT / "notebooks").glob(f"{s}-*.md")) for s in SECTIONS}
 HEADING = re.compile(r"^### Exercise (\d+\.\d+\.\d+): \S", re.M)
 CHECK = re.compile(r'^check\("(\d+\.\d+\.\d+)", (\w+)\)$', re.M)
@@ -26,7 +26,7 @@ CHECK = re.compile(r'^check\("(\d+\.\d+\.\d+)", (\w+)\)$', re.M)
 
 def exercise_cells(nb):
     """The cells after the notebook's "## Exercises" heading."""
-    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
+    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and re.search("^## Exercises$", c.source, re.M))
     return nb.cells[start:]
 
 
@@ -79,6 +79,48 @@ def _scale_samples(d, g, reduce):
     return reduce((q * k).sum(-1))
 
 
+def _mask(lengths, T, diagonal=1, keys=True, combine=torch.logical_or):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    padded = (j if keys else i) >= lengths[:, None, None]
+    return combine(j >= i + diagonal, padded)
+
+
+def _masked(q, k, v, mask, fill=float("-inf"), after=False, dim=-1):
+    s = q @ k.mT / q.shape[-1] ** 0.5
+    w = torch.softmax(s, dim).masked_fill(mask, 0.0) if after else torch.softmax(s.masked_fill(mask, fill), dim)
+    return w @ v, w
+
+
+def _mqa(x, W_q, W_k, W_v, H, causal=True, d_scale=False, split="BTHd"):
+    B, T, d = x.shape
+    q = (x @ W_q).view(B, T, H, d // H).transpose(1, 2) if split == "BTHd" else (x @ W_q).view(B, H, T, d // H)
+    s = q @ (x @ W_k)[:, None].mT / (d if d_scale else d // H) ** 0.5
+    if causal:
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return (torch.softmax(s, -1) @ (x @ W_v)[:, None]).transpose(1, 2).reshape(B, T, d)
+
+
+def _alibi(T, slopes, sign=-1, absolute=True):
+    offset = torch.arange(T, dtype=slopes.dtype)[:, None] - torch.arange(T, dtype=slopes.dtype)[None, :]
+    return sign * slopes[:, None, None] * (offset.abs() if absolute else offset)
+
+
+def _far(m, T, w, at_least=False, normalized=True, sign=-1):
+    delta = torch.arange(T, dtype=torch.float64)
+    weight = torch.exp(sign * m * delta)
+    far = weight[delta >= w if at_least else delta > w].sum()
+    return (far / weight.sum() if normalized else far).item()
+
+
+def _rope(x, scale=1.0, sign=1, stretch=True, halves=False):
+    T, d = x.shape[-2:]
+    t = torch.arange(T, dtype=x.dtype)
+    angle = sign * (t / scale if stretch else t * scale)[:, None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    a, b = (x[..., : d // 2], x[..., d // 2:]) if halves else (x[..., 0::2], x[..., 1::2])
+    ra, rb = a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()
+    return torch.cat([ra, rb], -1) if halves else torch.stack([ra, rb], -1).flatten(-2)
+
+
 WRONG = {
     "9.1.1": [
         (lambda Q, K, V: _sdpa(Q, K, V, 1.0), "without the scale"),
@@ -97,6 +139,42 @@ WRONG = {
         (lambda d, g: _scale_samples(d, g, lambda s: 1 / s.var()), "1 / variance"),
         (lambda d, g: _scale_samples(d, g, lambda s: s.std()), "Upside down"),
         (lambda d, g: 1 / (torch.randn(2000, generator=g) * torch.randn(2000, generator=g)).std(), "does not change with d"),
+    ],
+    "9.2.1": [
+        (lambda lengths, T: ~_mask(lengths, T), "inverted"),
+        (lambda lengths, T: _mask(lengths, T, diagonal=0), "diagonal is hidden"),
+        (lambda lengths, T: _mask(lengths, T, keys=False), "hid padding queries"),
+        (lambda lengths, T: _mask(lengths, T, combine=torch.logical_and), "Combine the masks with |"),
+        (lambda lengths, T: _mask(lengths, T).float(), "should be boolean"),
+        (lambda lengths, T: _mask(lengths, T)[:, :1], "should have shape"),
+    ],
+    "9.2.2": [
+        (lambda q, k, v, mask: _masked(q, k, v, mask, after=True), "before the softmax"),
+        (lambda q, k, v, mask: _masked(q, k, v, mask, fill=0.0), "fill them with -inf"),
+        (lambda q, k, v, mask: _masked(q, k, v, ~mask), "hid the visible keys"),
+        (lambda q, k, v, mask: _masked(q, k, v, mask, dim=-2), "not the queries"),
+        (lambda q, k, v, mask: _masked(q, k, v, torch.zeros_like(mask)), "mask is not applied"),
+    ],
+    "9.2.3": [
+        (lambda x, W_q, W_k, W_v, H: _mqa(x, W_q, W_k, W_v, H, causal=False), "add the causal mask"),
+        (lambda x, W_q, W_k, W_v, H: _mqa(x, W_q, W_k, W_v, H, d_scale=True), "1/sqrt(d_h)"),
+        (lambda x, W_q, W_k, W_v, H: _mqa(x, W_q, W_k, W_v, H, split="BHTd"), "mixes tokens into heads"),
+    ],
+    "9.3.1": [
+        (lambda T, slopes: _alibi(T, slopes, sign=1), "penalizes distance"),
+        (lambda T, slopes: _alibi(T, slopes, absolute=False), "rewards keys after the query"),
+        (lambda T, slopes: _alibi(T, slopes) / T, "Do not normalize by the length"),
+    ],
+    "9.3.2": [
+        (lambda m, T, w: _far(m, T, w, at_least=True), "distance w itself is inside"),
+        (lambda m, T, w: _far(m, T, w, normalized=False), "Normalize"),
+        (lambda m, T, w: _far(m, T, w, sign=1), "the weight falls with distance"),
+    ],
+    "9.3.3": [
+        (lambda x, scale=1.0: _rope(x, scale, sign=-1), "rotate the wrong way"),
+        (lambda x, scale=1.0: _rope(x, scale, stretch=False), "not multiply"),
+        (lambda x, scale=1.0: _rope(x, 1.0), "The scale is ignored"),
+        (lambda x, scale=1.0: _rope(x, scale, halves=True), "not j and j + d/2"),
     ],
 }
 
