@@ -18,7 +18,7 @@ from helpers import exercises
 from helpers.exercises import EXERCISES, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("9.1", "9.2", "9.3")
+SECTIONS = ("9.1", "9.2", "9.3", "9.4", "9.5", "9.6")
 NOTEBOOKS = {s: next((ROOT / "notebooks").glob(f"{s}-*.md")) for s in SECTIONS}
 HEADING = re.compile(r"^### Exercise (\d+\.\d+\.\d+): \S", re.M)
 CHECK = re.compile(r'^check\("(\d+\.\d+\.\d+)", (\w+)\)$', re.M)
@@ -121,6 +121,56 @@ def _rope(x, scale=1.0, sign=1, stretch=True, halves=False):
     return torch.cat([ra, rb], -1) if halves else torch.stack([ra, rb], -1).flatten(-2)
 
 
+def _smoothed(z, t, eps, others=False, target_one=False, probs=False):
+    V = z.shape[-1]
+    one_hot = torch.nn.functional.one_hot(t, V).double()
+    if others:
+        smooth = (1 - eps) * one_hot + eps / (V - 1) * (1 - one_hot)
+    else:
+        smooth = (1 if target_one else 1 - eps) * one_hot + eps / V
+    log_p = torch.softmax(z, -1) if probs else torch.log_softmax(z, -1)
+    return -(smooth * log_p).sum(-1).mean()
+
+
+def _merge(a, b, rescale=True, upside_down=False, add_maxima=False):
+    (m_a, l_a, acc_a), (m_b, l_b, acc_b) = a, b
+    m = m_a + m_b if add_maxima else torch.maximum(m_a, m_b)
+    r_a, r_b = (torch.exp(m - m_a), torch.exp(m - m_b)) if upside_down else (torch.exp(m_a - m), torch.exp(m_b - m))
+    if not rescale:
+        r_a = r_b = 1.0
+    return m, l_a * r_a + l_b * r_b, acc_a * r_a + acc_b * r_b
+
+
+def _window(T, w, slack=0, causal=True):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return ((j > i) | (i - j >= w + slack)) if causal else (i - j).abs() >= w
+
+
+def _patch_embed(img, W, b, P, channels_last=False, transposed=False, bias=True):
+    C = img.shape[0]
+    kernel = W.view(-1, P, P, C).permute(0, 3, 1, 2) if channels_last else W.view(-1, C, P, P)
+    out = torch.nn.functional.conv2d(img[None], kernel, b if bias else None, stride=P)[0]   # (d, H/P, W/P)
+    return (out.transpose(1, 2) if transposed else out).flatten(1).T
+
+
+def _relative(w, stride=None, shift=True, key_minus_query=False):
+    y, x = torch.arange(w * w) // w, torch.arange(w * w) % w
+    dy, dx = y[:, None] - y[None, :], x[:, None] - x[None, :]
+    if key_minus_query:
+        dy, dx = -dy, -dx
+    s = w - 1 if shift else 0
+    return (dy + s) * (stride or 2 * w - 1) + (dx + s)
+
+
+def _resize(pos, n_new, keep_cls=True, channels_first_reshape=False, transpose=False):
+    n, d = int((pos.shape[0] - 1) ** 0.5), pos.shape[1]
+    grid = pos[1:].reshape(d, n, n) if channels_first_reshape else pos[1:].reshape(n, n, d).permute(2, 0, 1)
+    if transpose:
+        grid = grid.transpose(1, 2)
+    grid = torch.nn.functional.interpolate(grid[None], size=(n_new, n_new), mode="bilinear", align_corners=False)[0]
+    return torch.cat([pos[:1], grid.flatten(1).T]) if keep_cls else grid.flatten(1).T
+
+
 WRONG = {
     "9.1.1": [
         (lambda Q, K, V: _sdpa(Q, K, V, 1.0), "without the scale"),
@@ -175,6 +225,63 @@ WRONG = {
         (lambda x, scale=1.0: _rope(x, scale, stretch=False), "not multiply"),
         (lambda x, scale=1.0: _rope(x, 1.0), "The scale is ignored"),
         (lambda x, scale=1.0: _rope(x, scale, halves=True), "not j and j + d/2"),
+    ],
+    "9.4.1": [
+        (lambda x, attn, mlp, norm1, norm2: (lambda h: h + mlp(norm2(h)))(x + attn(norm1(x))), "pre-normalization"),
+        (lambda x, attn, mlp, norm1, norm2: (lambda h: h + norm2(mlp(h)))(x + norm1(attn(x))), "not around the sublayer"),
+        (lambda x, attn, mlp, norm1, norm2: norm2(mlp(norm1(attn(x)))), "residual connections are missing"),
+        (lambda x, attn, mlp, norm1, norm2: (lambda h: norm1(h + mlp(h)))(norm2(x + attn(x))), "swapped"),
+    ],
+    "9.4.2": [
+        (lambda z, w: w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.shape[0], "factor 2"),
+        (lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1), "divide by N"),
+        (lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) / z.numel() + 0 * z, "not 1 / V"),
+        (lambda z, w: 2 * w * z * torch.softmax(z, -1) / z.shape[0], "not the logits themselves"),
+    ],
+    "9.4.3": [
+        (lambda z, t, eps: _smoothed(z, t, eps, others=True), "not over the other V - 1"),
+        (lambda z, t, eps: _smoothed(z, t, eps, target_one=True), "not 1"),
+        (lambda z, t, eps: -_smoothed(z, t, eps), "A loss is positive"),
+        (lambda z, t, eps: _smoothed(z, t, eps, probs=True), "log_softmax"),
+        (lambda z, t, eps: _smoothed(z, t, eps) * z.shape[0], "a mean, not a sum"),
+    ],
+    "9.5.1": [
+        (lambda a, b: _merge(a, b, rescale=False), "Rescale each tile's normalizer l"),
+        (lambda a, b: _merge(a, b, upside_down=True), "upside down"),
+        (lambda a, b: _merge(a, b, add_maxima=True), "not their sum"),
+        (lambda a, b: _merge(a, b)[1:], "return a tuple (m, l, acc)"),
+    ],
+    "9.5.2": [
+        (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: 2 * layers * heads * d_head * T * batch * bytes_per,
+         "use kv_heads"),
+        (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: layers * kv_heads * d_head * T * batch * bytes_per,
+         "a factor 2"),
+        (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: 2 * kv_heads * d_head * T * batch * bytes_per,
+         "number of layers"),
+        (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: 2 * layers * kv_heads * d_head * T * bytes_per,
+         "batch size"),
+    ],
+    "9.5.3": [
+        (lambda T, w: _window(T, w, slack=1), "so hide i - j >= w"),
+        (lambda T, w: _window(T, w, slack=-1), "Off by one the other way"),
+        (lambda T, w: _window(T, w, causal=False), "Hide the future as well"),
+        (lambda T, w: ~_window(T, w), "inverted"),
+    ],
+    "9.6.1": [
+        (lambda img, W, b, P: _patch_embed(img, W, b, P, channels_last=True), "channel first"),
+        (lambda img, W, b, P: _patch_embed(img, W, b, P, transposed=True), "do not transpose it"),
+        (lambda img, W, b, P: _patch_embed(img, W, b, P, bias=False), "Add the bias"),
+        (lambda img, W, b, P: _patch_embed(img, W, b, P).T, "one row per patch"),
+    ],
+    "9.6.2": [
+        (lambda w: _relative(w, shift=False), "cannot be negative"),
+        (lambda w: _relative(w, stride=w), "multiply by 2w - 1, not w"),
+        (lambda w: _relative(w, key_minus_query=True), "the key's minus the query's"),
+    ],
+    "9.6.3": [
+        (lambda pos, n_new: _resize(pos, n_new, channels_first_reshape=True), "mixes positions and features"),
+        (lambda pos, n_new: _resize(pos, n_new, transpose=True), "The grid is transposed"),
+        (lambda pos, n_new: _resize(pos, n_new, keep_cls=False), "Keep the class token"),
     ],
 }
 
