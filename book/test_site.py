@@ -185,3 +185,49 @@ def test_screenshot(name, scheme, server, browser):
         v.page.screenshot(path=SHOTS / f"{name.replace('/', '-').removesuffix('.html')}-{scheme}.png", full_page=True)
     finally:
         v.close()
+
+
+SECTIONS = [p for p in NOTEBOOKS if re.match(r"notebooks/9\.[1-6]-", p)]
+
+
+@pytest.mark.parametrize("name", SECTIONS)
+def test_exercises_are_numbered_listed_and_collapsed(name, server, browser):
+    """Each section ends with exercises 9.N.1, 9.N.2, ... listed in the page's contents; every solution (a
+    hidden code cell, or a written answer in <details>) is closed until clicked; no raw markup shows."""
+    v = Visit(browser, urljoin(server, name))
+    try:
+        section = re.match(r"notebooks/(\d+\.\d+)-", name)[1]
+        headings = v.page.evaluate("""() => [...document.querySelectorAll('main h3')]
+            .map(h => [h.closest('section').id, h.innerText.replace(/#$/, '').trim()])
+            .filter(([id, text]) => text.startsWith('Exercise '))""")
+        numbers = [re.match(r"Exercise (\S+): \S", text)[1] for _, text in headings]
+        assert numbers == [f"{section}.{k}" for k in range(1, len(numbers) + 1)] and 4 <= len(numbers) <= 6, numbers
+        listed = v.page.evaluate("() => [...document.querySelectorAll('.bd-toc nav a')].map(a => a.getAttribute('href'))")
+        assert all(f"#{anchor}" in listed for anchor, _ in headings), f"exercises missing from the page's contents: {listed}"
+
+        # Reference solutions in code: myst-nb's hide-input toggle, closed; the checker's output shows "correct".
+        solutions = v.page.locator("main .cell.tag_hide-input")
+        assert solutions.count() >= 3
+        for k in range(solutions.count()):
+            cell = solutions.nth(k)
+            assert not cell.locator("details").first.evaluate("d => d.open"), f"solution {k + 1} is open"
+            assert not cell.locator(".cell_input").is_visible(), f"solution {k + 1}'s code shows before a click"
+            assert re.match(r"Exercise \S+: correct\.", cell.locator(".cell_output").inner_text())
+            cell.locator("summary").first.click()
+            assert cell.locator(".cell_input").is_visible(), f"solution {k + 1} did not open on a click"
+        # Written answers: <details><summary>Solution</summary>, closed, opening on a click.
+        written = v.page.locator("main section > details:has(> summary:text-is('Solution'))")
+        assert written.count() >= 1, "no written answer"
+        for k in range(written.count()):
+            answer = written.nth(k)
+            assert not answer.evaluate("d => d.open") and not answer.locator("p").first.is_visible()
+            answer.locator("summary").click()
+            assert answer.locator("p").first.is_visible(), f"written answer {k + 1} did not open on a click"
+        # Nothing raw: no directive fences, cell markers, HTML tags or metadata in the visible text.
+        text = v.page.evaluate("""() => { const main = document.querySelector('#exercises').cloneNode(true);
+            main.querySelectorAll('pre, code').forEach(e => e.remove()); return main.innerText; }""")
+        raw = re.findall(r"```|:::|\{code-cell\}|\{dropdown\}|\{solution|\{exercise|</?details|</?summary|source_hidden"
+                         r"|hide-input", text)
+        assert not raw, f"raw markup on the page: {raw[:5]}"
+    finally:
+        v.close()

@@ -1,0 +1,564 @@
+"""Checkers for the chapter's exercises: ``check("9.3.1", my_alibi_bias)``.
+
+A checker runs the reader's answer on a few cases and prints one line: correct, or which case failed,
+expected against got (shape, index, largest error) and a hint. The hint comes from the usual mistakes:
+each checker computes what each mistake would give and, when the answer matches one, names it. A starter
+left as it is (a function whose body is ``...``, or ``raise NotImplementedError``) is reported as not
+attempted yet, so a notebook runs top to bottom.
+
+Nothing printed on success depends on the machine: results are compared within tolerances and the
+messages hold no computed floats. ``verdict`` returns ``(ok, message)`` for the tests.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+class Wrong(Exception):
+    """The answer failed a case; the message says which, and how."""
+
+
+class NotAttempted(Exception):
+    """The starter is still as it was."""
+
+
+@dataclass
+class Exercise:
+    run: callable      # run(answer) raises Wrong or NotAttempted, or returns when every case passed
+    done: str          # what a correct answer has shown, said without computed numbers
+
+
+EXERCISES = {}
+
+
+def exercise(number, done):
+    def register(run):
+        EXERCISES[number] = Exercise(run, done)
+        return run
+    return register
+
+
+def verdict(number, answer):
+    """``(ok, message)``: the line ``check`` prints. ``ok`` is None when the starter is untouched."""
+    if number not in EXERCISES:
+        raise KeyError(f"no exercise {number!r}; there are {', '.join(EXERCISES)}")
+    name = getattr(answer, "__name__", "your answer")
+    try:
+        if answer is None or answer is Ellipsis:
+            raise NotAttempted
+        EXERCISES[number].run(answer)
+    except NotAttempted:
+        return None, f"Exercise {number}: not attempted yet. Complete {name} above and run the cell again."
+    except Wrong as wrong:
+        return False, f"Exercise {number}: not yet. {wrong}"
+    except Exception as error:      # the reader's code raised: say what, not a traceback from in here
+        return False, f"Exercise {number}: not yet. {name} raised {type(error).__name__}: {error}"
+    return True, f"Exercise {number}: correct. {EXERCISES[number].done}"
+
+
+def check(number, answer):
+    """Run exercise ``number``'s checker on ``answer`` and print its verdict."""
+    print(verdict(number, answer)[1])
+
+
+# Comparing -----------------------------------------------------------------------------------------
+
+def call(f, *args, **kwargs):
+    """The answer's result; an untouched starter (``...`` or NotImplementedError) is not attempted."""
+    try:
+        out = f(*args, **kwargs)
+    except NotImplementedError:
+        raise NotAttempted from None
+    if out is None or out is Ellipsis:
+        raise NotAttempted
+    return out
+
+
+def _num(x):
+    return "True" if x is True else "False" if x is False else f"{x:.4g}"
+
+
+def close(got, want, atol=1e-5, rtol=1e-4):
+    got = torch.as_tensor(got)
+    if got.shape != want.shape:
+        return False
+    if want.dtype == torch.bool or not want.is_floating_point():
+        return torch.equal(got, want)
+    return torch.allclose(got.to(want.dtype), want, atol=atol, rtol=rtol, equal_nan=True)
+
+
+def compare(got, want, case, mistakes=(), hint="", what="output", atol=1e-5, rtol=1e-4):
+    """Raise ``Wrong`` unless tensor ``got`` equals ``want`` (within tolerances for floats).
+
+    ``mistakes`` is a sequence of ``(result of the mistake, hint)``: the first whose result ``got``
+    matches gives the hint; otherwise ``hint``.
+    """
+    def fail(detail):
+        for result, why in mistakes:
+            if close(got, result, atol, rtol):
+                raise Wrong(f"{case}: {detail}. {why}")
+        raise Wrong(f"{case}: {detail}. {hint}".rstrip())
+
+    if not isinstance(got, torch.Tensor):
+        raise Wrong(f"{case}: the {what} should be a tensor, got {type(got).__name__}")
+    if got.shape != want.shape:
+        fail(f"the {what} should have shape {tuple(want.shape)}, got {tuple(got.shape)}")
+    if (want.dtype == torch.bool) != (got.dtype == torch.bool):
+        raise Wrong(f"{case}: the {what} should be {'boolean' if want.dtype == torch.bool else 'numbers'}, got {got.dtype}")
+    if close(got, want, atol, rtol):
+        return
+    if want.dtype == torch.bool or not want.is_floating_point():
+        wrong = got != want
+        index = tuple(wrong.nonzero()[0].tolist())
+        fail(f"{int(wrong.sum())} of {want.numel()} entries differ, the first at index {index}: "
+             f"expected {_num(want[index].item())}, got {_num(got[index].item())}")
+    g = got.to(want.dtype)
+    error = (g - want).abs().nan_to_num(float("inf"))
+    index = tuple(int(i) for i in torch.unravel_index(error.argmax(), want.shape))
+    fail(f"largest error {_num(error[index].item())} at index {index}: "
+         f"expected {_num(want[index].item())}, got {_num(g[index].item())}")
+
+
+def compare_number(got, want, case, mistakes=(), hint="", what="answer", exact=False):
+    """Raise ``Wrong`` unless the number ``got`` equals ``want`` (exactly, or within 0.1%)."""
+    try:
+        g = float(got)
+    except (TypeError, ValueError):
+        raise Wrong(f"{case}: the {what} should be a number, got {type(got).__name__}") from None
+    same = (lambda a, b: a == b) if exact else (lambda a, b: math.isclose(a, b, rel_tol=1e-3))
+    if same(g, want):
+        return
+    shown = (lambda x: f"{x:,.0f}") if exact else _num
+    detail = f"expected {shown(want)}, got {shown(g)}"
+    for result, why in mistakes:
+        if same(g, result):
+            raise Wrong(f"{case}: {detail}. {why}")
+    raise Wrong(f"{case}: {detail}. {hint}".rstrip())
+
+
+def pair(out, case, names):
+    if not (isinstance(out, tuple | list) and len(out) == len(names)):
+        raise Wrong(f"{case}: return a tuple ({', '.join(names)})")
+    return out
+
+
+def randn(*shape, g):
+    return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+
+# 9.1 -----------------------------------------------------------------------------------------------
+
+def _sdpa(Q, K, V, scale, dim=-1):
+    w = torch.softmax(Q @ K.transpose(-2, -1) * scale, dim=dim)
+    return w @ V, w
+
+
+@exercise("9.1.1", "Your weights sum to one over the keys and your outputs are softmax(QK^T / sqrt(d_k)) V, "
+                   "with and without leading batch dimensions.")
+def _(answer):
+    g = torch.Generator().manual_seed(11)
+    for case, (m, n, d, d_v, lead) in {
+        "case 1 of 3 (3 queries, 5 keys, d_k = 16)": (3, 5, 16, 2, ()),
+        "case 2 of 3 (1 query, 7 keys, d_k = 64)": (1, 7, 64, 3, ()),
+        "case 3 of 3 (a batch of 2, 4 queries, 6 keys, d_k = 32)": (4, 6, 32, 5, (2,)),
+    }.items():
+        Q, K, V = randn(*lead, m, d, g=g), randn(*lead, n, d, g=g), randn(*lead, n, d_v, g=g)
+        out, w = pair(call(answer, Q, K, V), case, ("outputs", "weights"))
+        want_out, want_w = _sdpa(Q, K, V, d ** -0.5)
+        compare(w, want_w, case, what="weights", mistakes=[
+            (_sdpa(Q, K, V, 1.0)[1], "Your weights are softmax(QK^T) without the scale: divide the scores by sqrt(d_k)."),
+            (_sdpa(Q, K, V, 1 / d)[1], "You divided the scores by d_k: the scale is 1/sqrt(d_k)."),
+            (_sdpa(Q, K, V, d ** -0.5, dim=-2)[1],
+             "Your weights sum to one over the queries: take the softmax over the keys (dim=-1)."),
+            (want_w.transpose(-2, -1), "Your weights are transposed: row i should hold query i's weights over the keys."),
+        ], hint="Scores are Q K^T / sqrt(d_k), one row per query.")
+        compare(out, want_out, case, what="outputs", hint="Your weights are right: the outputs are weights @ V.")
+
+
+@exercise("9.1.2", "Your bandwidth makes the Nadaraya-Watson weights equal to softmax(q . k) for every query norm "
+                   "and key norm tried: h = sqrt(rho / r).")
+def _(answer):
+    for k, (r, rho) in enumerate([(10.0, 1.0), (4.0, 2.0), (100.0, 0.5), (0.25, 3.0)], start=1):
+        case = f"case {k} of 4 (query norm r = {r:g}, key norm rho = {rho:g})"
+        compare_number(call(answer, r, rho), math.sqrt(rho / r), case, what="bandwidth", mistakes=[
+            (1 / math.sqrt(r), "The keys' norm matters too: the query point is rho u, and |rho u - k|^2 = 2 rho^2 - 2 rho u.k."),
+            (rho / r, "That is h^2: take the square root."),
+            (math.sqrt(r / rho), "Upside down: a longer query makes the weights sharper, so the bandwidth shrinks as r grows."),
+        ], hint="Expand |rho u - k|^2 / (2 h^2) and match the term in u.k with r u.k.")
+
+
+@exercise("9.1.3", "At every width tried your scale is within 10% of 1/sqrt(d): the scale that keeps the scores "
+                   "at unit variance falls as d^(-1/2).")
+def _(answer):
+    widths = (4, 16, 64, 256, 1024)
+    for k, d in enumerate(widths, start=1):
+        case = f"case {k} of {len(widths)} (d = {d})"
+        got = call(answer, d, torch.Generator().manual_seed(d))
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            raise Wrong(f"{case}: return one number, the scale, got {type(got).__name__}") from None
+        want = d ** -0.5
+        if abs(got - want) <= 0.1 * want:
+            continue
+        detail = f"expected about {want:.4g}, got {got:.4g}"
+        for result, why in [(1 / d, "That is 1 / variance: the scale divides by the scores' standard deviation."),
+                            (d ** 0.5, "Upside down: return 1 / (standard deviation of the scores)."),
+                            (1.0, "Your scale does not change with d: compute the scores q . k = sum over the d coordinates.")]:
+            if abs(got - result) <= 0.1 * result:
+                raise Wrong(f"{case}: {detail}. {why}")
+        raise Wrong(f"{case}: {detail}. Draw a few thousand pairs q, k ~ N(0, I_d) and return 1 / std(q . k).")
+
+
+# 9.2 -----------------------------------------------------------------------------------------------
+
+def _masks(lengths, T):
+    j = torch.arange(T)
+    causal = j[None, :] > j[:, None]                                   # (T, T): key after query
+    pad_keys = j[None, None, :] >= torch.as_tensor(lengths)[:, None, None]   # (B, 1, T)
+    pad_queries = j[None, :, None] >= torch.as_tensor(lengths)[:, None, None]
+    return causal, pad_keys, pad_queries
+
+
+@exercise("9.2.1", "Your mask hides exactly the future and the padding keys, for every batch tried.")
+def _(answer):
+    for k, (lengths, T) in enumerate([([3, 5], 5), ([1, 4, 2], 4), ([6], 6)], start=1):
+        case = f"case {k} of 3 (lengths {lengths}, T = {T})"
+        causal, pad_keys, pad_queries = _masks(lengths, T)
+        want = causal | pad_keys
+        off_by_one = torch.arange(T)[None, :] >= torch.arange(T)[:, None]
+        compare(call(answer, torch.tensor(lengths), T), want, case, what="mask", mistakes=[
+            (~want, "True should mark what a query may NOT see (as nn.MultiheadAttention): your mask is inverted."),
+            (off_by_one | pad_keys, "The diagonal is hidden: a query may attend to its own position "
+                                    "(j > i is hidden, not j >= i)."),
+            (causal | pad_queries, "You hid padding queries: pad the keys, j >= length, so the mask's last axis."),
+            (causal & pad_keys.expand(-1, T, -1), "Combine the masks with |: a key is hidden if it is in the future OR padding."),
+            (causal.expand(len(lengths), T, T), "The padding is missing: also hide keys j >= length."),
+        ], hint="Hide key j from query i where j > i or j >= the sequence's length.")
+
+
+@exercise("9.2.2", "Hidden keys get no weight, every row of weights sums to one, and the outputs match.")
+def _(answer):
+    g = torch.Generator().manual_seed(22)
+    for k, (lengths, T, d) in enumerate([([4, 2], 4, 8), ([5, 5, 3], 5, 16)], start=1):
+        case = f"case {k} of 2 (lengths {lengths}, T = {T}, d_k = {d})"
+        causal, pad_keys, _ = _masks(lengths, T)
+        mask = causal | pad_keys
+        q, k_, v = randn(len(lengths), T, d, g=g), randn(len(lengths), T, d, g=g), randn(len(lengths), T, 3, g=g)
+        s = q @ k_.mT / d ** 0.5
+        w = torch.softmax(s.masked_fill(mask, float("-inf")), -1)
+        out, got_w = pair(call(answer, q, k_, v, mask), case, ("outputs", "weights"))
+        after = torch.softmax(s, -1).masked_fill(mask, 0.0)
+        compare(got_w, w, case, what="weights", mistakes=[
+            (after, "Your weights do not sum to one: apply the mask to the scores, before the softmax, not to the weights."),
+            (torch.softmax(s.masked_fill(mask, 0.0), -1), "Hidden keys still get weight: fill them with -inf, not 0."),
+            (torch.softmax(s, -1), "The mask is not applied: masked_fill the scores where the mask is True."),
+            (torch.softmax(s.masked_fill(~mask, float("-inf")), -1), "You hid the visible keys: True in the mask means hidden."),
+            (torch.softmax(s.masked_fill(mask, float("-inf")), -2), "Take the softmax over the keys (dim=-1), not the queries."),
+        ], hint="Scores q k^T / sqrt(d_k), masked_fill(mask, -inf), then the softmax over the keys.")
+        compare(out, w @ v, case, what="outputs", hint="Your weights are right: the outputs are weights @ v.")
+
+
+def _mqa(x, Wq, Wk, Wv, heads, causal=True, split=True, scale=None, merge=True):
+    B, T, d = x.shape
+    q = (x @ Wq).view(B, T, heads, d // heads).transpose(1, 2) if split else (x @ Wq).view(B, heads, T, d // heads)
+    k, v = (x @ Wk)[:, None], (x @ Wv)[:, None]                        # (B, 1, T, d_h): one head, shared
+    s = q @ k.mT * (scale or (d // heads) ** -0.5)
+    if causal:
+        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    y = torch.softmax(s, -1) @ v                                       # (B, H, T, d_h)
+    return y.transpose(1, 2).reshape(B, T, d) if merge else y.reshape(B, T, d)
+
+
+@exercise("9.2.3", "Your multi-query attention equals multi-head attention whose heads all use the same key and value "
+                   "weights, causally, for every shape tried.")
+def _(answer):
+    g = torch.Generator().manual_seed(23)
+    for k, (B, T, d, H) in enumerate([(2, 5, 8, 2), (1, 6, 12, 3), (2, 4, 16, 4)], start=1):
+        case = f"case {k} of 3 (B = {B}, T = {T}, d = {d}, {H} heads)"
+        x, Wq, Wk, Wv = randn(B, T, d, g=g), randn(d, d, g=g), randn(d, d // H, g=g), randn(d, d // H, g=g)
+        # Multi-head attention with every head's key and value weights equal to the shared ones.
+        Wk_all, Wv_all = Wk.repeat(1, H), Wv.repeat(1, H)
+        q, kk, v = ((x @ W).view(B, T, H, d // H).transpose(1, 2) for W in (Wq, Wk_all, Wv_all))
+        s = (q @ kk.mT / (d // H) ** 0.5).masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        want = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, d)
+        compare(call(answer, x, Wq, Wk, Wv, H), want, case, mistakes=[
+            (_mqa(x, Wq, Wk, Wv, H, causal=False), "Later tokens leak into earlier ones: add the causal mask."),
+            (_mqa(x, Wq, Wk, Wv, H, scale=d ** -0.5), "Scale by 1/sqrt(d_h), the width of one head, not 1/sqrt(d)."),
+            (_mqa(x, Wq, Wk, Wv, H, split=False), "Split the queries into heads with view(B, T, H, d_h).transpose(1, 2), "
+                                                  "not view(B, H, T, d_h): that mixes tokens into heads."),
+            (_mqa(x, Wq, Wk, Wv, H, merge=False), "Put the heads back with transpose(1, 2) before the reshape to (B, T, d)."),
+        ], hint="Every head's queries attend to the same keys x Wk and values x Wv.")
+
+
+# 9.3 -----------------------------------------------------------------------------------------------
+
+@exercise("9.3.1", "Your bias is -m_h |i - j| for every head, length and slope tried.")
+def _(answer):
+    from helpers.positions import alibi_slopes
+    for k, (T, slopes) in enumerate([(4, torch.tensor([0.5, 0.25], dtype=torch.float64)),
+                                     (6, alibi_slopes(8)), (1, alibi_slopes(3))], start=1):
+        case = f"case {k} of 3 (T = {T}, {len(slopes)} heads)"
+        i = torch.arange(T, dtype=torch.float64)
+        offset = i[:, None] - i[None, :]                                # i - j, query minus key
+        m = slopes[:, None, None]
+        want = -m * offset.abs()
+        compare(call(answer, T, slopes), want, case, what="bias", mistakes=[
+            (m * offset.abs(), "The bias penalizes distance: -m |i - j| is negative away from the diagonal."),
+            (-m * offset, "Use the distance |i - j|: -m (i - j) rewards keys after the query."),
+            (m * offset, "-m |i - j|: the sign is wrong and the distance is missing its absolute value."),
+            (-m * offset.abs() / T, "Do not normalize by the length: the penalty grows with the distance itself."),
+        ], hint="Entry (h, i, j) is -slopes[h] * |i - j|.")
+
+
+@exercise("9.3.2", "Your far weights are right for steep and shallow heads, short and long sequences.")
+def _(answer):
+    for k, (m, T, w) in enumerate([(0.5, 16, 4), (1 / 16, 1024, 64), (2 ** -8, 4096, 512), (0.25, 8, 0)], start=1):
+        case = f"case {k} of 4 (slope {m:g}, T = {T}, window {w})"
+        delta = torch.arange(T, dtype=torch.float64)                   # distances of the keys 0 .. T-1 back
+        weight = torch.exp(-m * delta)
+        compare_number(call(answer, m, T, w), float(weight[delta > w].sum() / weight.sum()), case, mistakes=[
+            (float(weight[delta >= w].sum() / weight.sum()), "More than w back means distances w + 1 .. T - 1: "
+                                                             "distance w itself is inside the window."),
+            (float(weight[delta > w].sum()), "Normalize: divide by the sum of exp(-m delta) over all T keys."),
+            (float(torch.exp(m * delta)[delta > w].sum() / torch.exp(m * delta).sum()), "The bias is -m delta: "
+                                                                                          "the weight falls with distance."),
+        ], hint="With equal content scores the weights are softmax(-m delta) over delta = 0 .. T - 1.")
+
+
+def _rope(x, scale=1.0, sign=1.0, start=0, halves=False):
+    T, d = x.shape[-2:]
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    angle = sign * (torch.arange(start, start + T, dtype=x.dtype) / scale)[:, None] * omega
+    cos, sin = angle.cos(), angle.sin()
+    a, b = (x[..., : d // 2], x[..., d // 2:]) if halves else (x[..., 0::2], x[..., 1::2])
+    ra, rb = a * cos - b * sin, a * sin + b * cos
+    return torch.cat([ra, rb], -1) if halves else torch.stack([ra, rb], -1).flatten(-2)
+
+
+@exercise("9.3.3", "Your rotation matches RoPE at scale 1 and rotates by t / scale at larger scales, batched too.")
+def _(answer):
+    g = torch.Generator().manual_seed(33)
+    for k, (shape, scale) in enumerate([((5, 4), 1.0), ((8, 8), 4.0), ((2, 3, 6, 4), 2.0)], start=1):
+        case = f"case {k} of 3 (x of shape {shape}, scale {scale:g})"
+        x = randn(*shape, g=g)
+        want = _rope(x, scale)
+        compare(call(answer, x, scale), want, case, mistakes=[
+            (_rope(x, scale, sign=-1.0), "Your pairs rotate the wrong way: (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)."),
+            (_rope(x, 1 / scale), "To stretch the context divide the positions by the scale, t / scale, not multiply."),
+            (_rope(x, 1.0), "The scale is ignored: rotate position t by (t / scale) omega_j."),
+            (_rope(x, scale, start=1), "Positions start at 0: the first row is not rotated."),
+            (_rope(x, scale, halves=True), "Pair coordinates 2j and 2j+1 (interleaved), as the chapter's rope does, "
+                                           "not j and j + d/2."),
+        ], hint="Row t, pair (2j, 2j+1), rotates by the angle (t / scale) * 10000^(-2j/d).")
+
+
+# 9.4 -----------------------------------------------------------------------------------------------
+
+def _sublayers(d, g):
+    """Two small, distinct sublayers and layer norms with random gains, so every misplaced piece shows."""
+    attn, mlp = torch.nn.Linear(d, d).double(), torch.nn.Linear(d, d).double()
+    norm1, norm2 = torch.nn.LayerNorm(d).double(), torch.nn.LayerNorm(d).double()
+    with torch.no_grad():
+        for p in (*attn.parameters(), *mlp.parameters(), *norm1.parameters(), *norm2.parameters()):
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64))
+    return attn, mlp, norm1, norm2
+
+
+@exercise("9.4.1", "Your block normalizes after each residual addition, as the original transformer did.")
+def _(answer):
+    g = torch.Generator().manual_seed(41)
+    for k, (B, T, d) in enumerate([(2, 3, 8), (1, 5, 16)], start=1):
+        case = f"case {k} of 2 (x of shape {(B, T, d)})"
+        x = randn(B, T, d, g=g)
+        attn, mlp, norm1, norm2 = _sublayers(d, g)
+        with torch.no_grad():
+            h = norm1(x + attn(x))
+            want = norm2(h + mlp(h))
+            pre = x + attn(norm1(x))
+            pre = pre + mlp(norm2(pre))
+            inside = x + norm1(attn(x))
+            inside = inside + norm2(mlp(inside))
+            no_residual = norm2(mlp(norm1(attn(x))))
+            swapped = norm1(norm2(x + attn(x)) + mlp(norm2(x + attn(x))))
+            got = call(answer, x, attn, mlp, norm1, norm2)
+        compare(got, want, case, mistakes=[
+            (pre, "That is pre-normalization, x + attn(norm1(x)): here the norm comes after the addition."),
+            (inside, "The norm goes around the sum, norm1(x + attn(x)), not around the sublayer's output."),
+            (no_residual, "The residual connections are missing: add x before normalizing."),
+            (swapped, "norm1 follows the attention sublayer and norm2 the MLP: they are swapped."),
+        ], hint="h = norm1(x + attn(x)), then norm2(h + mlp(h)).")
+
+
+@exercise("9.4.2", "Your gradient matches autograd's: 2 w log Z softmax(z) / N, which pulls every logit down "
+                   "in proportion to its probability while log Z is positive.")
+def _(answer):
+    g = torch.Generator().manual_seed(42)
+    for k, (N, V, shift, w) in enumerate([(4, 10, 5.0, 1e-4), (3, 7, -3.0, 0.01), (6, 50, 20.0, 1.0)], start=1):
+        case = f"case {k} of 3 ({N} rows of {V} logits, weight {w:g})"
+        z = randn(N, V, g=g) + shift
+        log_z = torch.logsumexp(z, -1, keepdim=True)
+        p = torch.softmax(z, -1)
+        want = 2 * w * log_z * p / N
+        compare(call(answer, z, w), want, case, what="gradient", atol=1e-9, rtol=1e-6, mistakes=[
+            (w * log_z * p / N, "The derivative of (log Z)^2 is 2 log Z times that of log Z: the factor 2 is missing."),
+            (2 * w * log_z * p, "The loss is a mean over the N rows: divide by N."),
+            (2 * w * log_z / V / N + 0 * p, "d log Z / dz_j is softmax(z)_j, not 1 / V."),
+            (2 * log_z * p / N, "Multiply by the weight w."),
+            (2 * w * z * p / N, "Use log Z = logsumexp(z) over the row, not the logits themselves."),
+        ], hint="d/dz_j of w mean_rows (log Z)^2 is 2 w log Z softmax(z)_j / N.")
+
+
+@exercise("9.4.3", "Your loss matches cross-entropy against the smoothed targets (1 - eps) one-hot + eps / V.")
+def _(answer):
+    g = torch.Generator().manual_seed(43)
+    for k, (N, V, eps) in enumerate([(5, 4, 0.1), (8, 10, 0.2), (3, 3, 0.0)], start=1):
+        case = f"case {k} of 3 ({N} rows, {V} classes, eps = {eps:g})"
+        z = randn(N, V, g=g) * 2
+        t = torch.randint(V, (N,), generator=g)
+        log_p = torch.log_softmax(z, -1)
+        one_hot = F.one_hot(t, V).double()
+        want = -((1 - eps) * one_hot + eps / V) * log_p
+        others = -((1 - eps) * one_hot + eps / (V - 1) * (1 - one_hot)) * log_p
+        no_shrink = -(one_hot + eps / V) * log_p
+        compare_number(call(answer, z, t, eps), want.sum(-1).mean().item(), case, what="loss", mistakes=[
+            (others.sum(-1).mean().item(), "Spread eps over all V classes, the target included (eps / V each), "
+                                           "as the original transformer and F.cross_entropy do, not over the other V - 1."),
+            (no_shrink.sum(-1).mean().item(), "The target keeps 1 - eps (plus its share eps / V), not 1."),
+            (-(want.sum(-1)).mean().item(), "A loss is positive: the cross-entropy is -sum(target * log p)."),
+            (want.sum().item(), "Average over the rows, as F.cross_entropy does: a mean, not a sum."),
+            ((-((1 - eps) * one_hot + eps / V) * torch.softmax(z, -1)).sum(-1).mean().item(),
+             "Use log-probabilities (log_softmax), not probabilities."),
+        ], hint="Targets (1 - eps) for the true class plus eps / V for every class; loss -sum(target * log_softmax(z)).")
+
+
+# 9.5 -----------------------------------------------------------------------------------------------
+
+def _state(s, v):
+    m = s.amax(-1, keepdim=True)
+    e = torch.exp(s - m)
+    return m, e.sum(-1, keepdim=True), e @ v
+
+
+@exercise("9.5.1", "Your merged state is the one a single pass over both tiles gives, and acc / l is exact attention.")
+def _(answer):
+    g = torch.Generator().manual_seed(51)
+    for k, (m_q, n_a, n_b, offset) in enumerate([(3, 4, 5, 0.0), (2, 3, 3, 30.0), (4, 6, 2, -30.0)], start=1):
+        shifted = f", tile b's scores shifted by {offset:+g}" if offset else ""
+        case = f"case {k} of 3 ({m_q} queries, tiles of {n_a} and {n_b} keys{shifted})"
+        s_a, s_b = randn(m_q, n_a, g=g) * 3, randn(m_q, n_b, g=g) * 3 + offset
+        v_a, v_b = randn(n_a, 2, g=g), randn(n_b, 2, g=g)
+        a, b = _state(s_a, v_a), _state(s_b, v_b)
+        m, total, acc = _state(torch.cat([s_a, s_b], -1), torch.cat([v_a, v_b]))
+        got = pair(call(answer, a, b), case, ("m", "l", "acc"))
+        compare(got[0], m, case, what="maximum m", hint="The merged maximum is max(m_a, m_b), elementwise.", mistakes=[
+            (a[0] + b[0], "The merged maximum is max(m_a, m_b), not their sum."),
+        ])
+        for what, got_x, want, x_a, x_b in (("normalizer l", got[1], total, a[1], b[1]), ("sum acc", got[2], acc, a[2], b[2])):
+            compare(got_x, want, case, what=what, mistakes=[
+                (x_a + x_b, f"Rescale each tile's {what} to the new maximum: multiply by exp(m_tile - m) before adding."),
+                (x_a * torch.exp(m - a[0]) + x_b * torch.exp(m - b[0]),
+                 "The rescaling factor is exp(m_tile - m), at most 1: yours is upside down."),
+            ], hint=f"{what} = {what.split()[-1]}_a exp(m_a - m) + {what.split()[-1]}_b exp(m_b - m).")
+
+
+@exercise("9.5.2", "Your cache sizes are exact for multi-head, grouped-query and multi-query models.")
+def _(answer):
+    for k, (name, layers, heads, kv_heads, d_head, T, batch, nbytes) in enumerate([
+        ("Llama 2 7B, 4,096 tokens, 16-bit", 32, 32, 32, 128, 4096, 1, 2),
+        ("Llama 3 8B, 8,192 tokens, batch of 4, 16-bit", 32, 32, 8, 128, 8192, 4, 2),
+        ("the chapter's toy decoder, 64 tokens, 32-bit", 2, 8, 2, 16, 64, 1, 4),
+        ("a multi-query model, 1,000 tokens, 8-bit", 24, 16, 1, 64, 1000, 3, 1),
+    ], start=1):
+        case = f"case {k} of 4 ({name})"
+        want = 2 * layers * kv_heads * d_head * T * batch * nbytes
+        compare_number(call(answer, layers, heads, kv_heads, d_head, T, batch, nbytes), want, case, exact=True,
+                       what="number of bytes", mistakes=[
+            (want // kv_heads * heads, "Only the key-value heads are cached: use kv_heads, not the query heads."),
+            (want // 2, "Both keys and values are cached: a factor 2."),
+            (want // layers, "Every layer has its own cache: multiply by the number of layers."),
+            (want // batch, "Each sequence in the batch has its own cache: multiply by the batch size."),
+            (want // nbytes, "Count bytes: multiply by the bytes per number."),
+        ], hint="2 (keys and values) x layers x kv_heads x d_head x T x batch x bytes per number.")
+
+
+@exercise("9.5.3", "Your mask lets each query see itself and the w - 1 keys before it, and nothing in its future.")
+def _(answer):
+    for k, (T, w) in enumerate([(6, 2), (8, 3), (5, 1), (4, 4)], start=1):
+        case = f"case {k} of 4 (T = {T}, window {w})"
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        want = (j > i) | (i - j >= w)
+        compare(call(answer, T, w), want, case, what="mask", mistakes=[
+            ((j > i) | (i - j > w), "Off by one: the window of w keys is the query itself and the w - 1 before it, "
+                                    "so hide i - j >= w."),
+            ((i - j).abs() >= w, "Hide the future as well: j > i."),
+            (~want, "True should mark the keys a query may NOT see: your mask is inverted."),
+            ((j > i) | (i - j >= w - 1), "Off by one the other way: the query sees w keys, itself included."),
+        ], hint="Hide key j from query i where j > i or i - j >= w.")
+
+
+# 9.6 -----------------------------------------------------------------------------------------------
+
+@exercise("9.6.1", "Your strided convolution gives the same tokens, in the same raster order, as the linear map of "
+                   "flattened patches.")
+def _(answer):
+    g = torch.Generator().manual_seed(61)
+    for k, (C, H, W, P, d) in enumerate([(3, 8, 8, 4, 5), (1, 6, 9, 3, 4), (2, 4, 8, 2, 6)], start=1):
+        case = f"case {k} of 3 (image {(C, H, W)}, patches {P} x {P}, d = {d})"
+        img, W_lin, b = randn(C, H, W, g=g), randn(d, C * P * P, g=g), randn(d, g=g)
+        grid = img.unfold(1, P, P).unfold(2, P, P)                     # (C, H/P, W/P, P, P)
+        flat = grid.permute(1, 2, 0, 3, 4).reshape(-1, C * P * P)       # raster order, each patch as (C, P, P)
+        want = flat @ W_lin.T + b
+        channels_last = grid.permute(1, 2, 3, 4, 0).reshape(-1, C * P * P) @ W_lin.T + b
+        columns = grid.permute(2, 1, 0, 3, 4).reshape(-1, C * P * P) @ W_lin.T + b
+        compare(call(answer, img, W_lin, b, P), want, case, what="tokens", mistakes=[
+            (want.T, "Return one row per patch, (number of patches, d): transpose the (d, patches) output."),
+            (channels_last, "Reshape the weight to (d, C, P, P): a patch flattens channel first, as in the helpers' patches."),
+            (columns, "The patches go in raster order, row by row: flatten the (H/P, W/P) grid, do not transpose it."),
+            (want - b, "Add the bias."),
+        ], hint="F.conv2d(img[None], W_lin.view(d, C, P, P), b, stride=P), then flatten the grid into rows.")
+
+
+@exercise("9.6.2", "Your index gives every pair of tokens in the window its own entry for each relative offset, "
+                   "and equal offsets the same entry.")
+def _(answer):
+    for k, w in enumerate((2, 3, 7), start=1):
+        case = f"case {k} of 3 (window {w} x {w})"
+        y, x = torch.div(torch.arange(w * w), w, rounding_mode="floor"), torch.arange(w * w) % w
+        dy, dx = y[:, None] - y[None, :], x[:, None] - x[None, :]          # query minus key
+        want = (dy + w - 1) * (2 * w - 1) + (dx + w - 1)
+        compare(call(answer, w), want, case, what="index", mistakes=[
+            (dy * (2 * w - 1) + dx, "Shift the offsets by w - 1 so that they start at 0: an index cannot be negative."),
+            ((dy + w - 1) * w + (dx + w - 1), "Each row offset has 2w - 1 column offsets: multiply by 2w - 1, not w, "
+                                                "or different offsets share an entry."),
+            (want.T, "Offsets are the query's position minus the key's: yours are the key's minus the query's."),
+            ((dx + w - 1) * (2 * w - 1) + (dy + w - 1), "Rows first: the index is (dy + w - 1)(2w - 1) + (dx + w - 1)."),
+        ], hint="index[a, b] = (dy + w - 1)(2w - 1) + (dx + w - 1), dy and dx query minus key.")
+
+
+@exercise("9.6.3", "Your resized table keeps the class token and interpolates the grid of patch positions.")
+def _(answer):
+    g = torch.Generator().manual_seed(63)
+    for k, (n, n_new, d) in enumerate([(2, 3, 4), (4, 6, 3), (14, 24, 8)], start=1):
+        case = f"case {k} of 3 ({n} x {n} grid to {n_new} x {n_new}, d = {d})"
+        pos = randn(1 + n * n, d, g=g)
+
+        def resize(grid, n_new=n_new):                                    # (d, n, n) -> (n_new^2, d)
+            grid = F.interpolate(grid[None], size=(n_new, n_new), mode="bilinear", align_corners=False)[0]
+            return grid.flatten(1).T
+
+        grid = pos[1:].reshape(n, n, d).permute(2, 0, 1)                  # (d, n, n)
+        want = torch.cat([pos[:1], resize(grid)])
+        compare(call(answer, pos, n_new), want, case, what="table", mistakes=[
+            (torch.cat([pos[:1], resize(pos[1:].reshape(d, n, n))]),
+             "Reshape to (n, n, d) and then move d first: reshape(d, n, n) mixes positions and features."),
+            (torch.cat([pos[:1], resize(grid.transpose(1, 2))]),
+             "The grid is transposed: the first spatial axis is the row, in raster order."),
+            (resize(grid), "Keep the class token: row 0 of the table, unchanged, before the grid."),
+            (resize(pos[:n * n].reshape(n, n, d).permute(2, 0, 1)) if n_new > n else want,
+             "Row 0 is the class token, not a patch: interpolate rows 1 .. n^2 only."),
+        ], hint="Row 0 is the class token, kept as it is; rows 1.. are an n x n grid in raster order, interpolated "
+                "bilinearly (align_corners=False) to n_new x n_new.")
