@@ -33,7 +33,7 @@ test: $(STAMP)  ## unit tests, pair sync, ruff, and nbval over every stored note
 	$(BIN)/pytest
 
 guarantees: $(STAMP)  ## execute the chapter again: twice (one of them on one thread) and offline
-	$(BIN)/pytest -m chapter tests/test_chapter.py -v
+	$(BIN)/pytest -m chapter tests/test_chapter.py tests/test_outside.py -v
 
 bench: $(STAMP)  ## execution report: seconds and peak memory per notebook, against tests/budgets.toml
 	$(BIN)/python tests/bench.py $(if $(filter command line,$(origin NB)),$(NB))
