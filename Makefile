@@ -1,5 +1,9 @@
 # Attention and Transformers: build the book and test it. `make` lists the targets.
-PYTHON ?= python3.11
+# The first interpreter on PATH that the pins publish wheels for (requires-python in pyproject.toml; a
+# test keeps the two ranges equal). Each is run, not just found: a pyenv shim exists without its Python.
+PYTHONS  := python3.11 python3.12 python3.13 python3.14 python3
+SUITABLE := import sys; sys.exit(not (3, 11) <= sys.version_info < (3, 15))
+PYTHON   ?= $(firstword $(foreach p,$(PYTHONS),$(shell $(p) -c '$(SUITABLE)' >/dev/null 2>&1 && echo $(p))))
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -14,6 +18,8 @@ help:  ## list the targets
 setup: $(STAMP)  ## create .venv with the pinned dependencies (fast when nothing changed)
 
 $(STAMP): pyproject.toml
+	@test -x $(BIN)/python || test -n "$(PYTHON)" || \
+	  { echo "make setup needs Python 3.11, 3.12, 3.13 or 3.14 on PATH (as python3.11 ... python3.14 or python3)" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,site]'
 	touch $@
