@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 NB     ?= $(sort $(wildcard notebooks/*.md))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup execute figures test guarantees bench lab book site serve site-test clean
+.PHONY: help setup execute figures test check guarantees bench lab book site serve site-test clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -37,6 +37,13 @@ figures: execute  ## write every figure to figures/ (the notebooks save them as 
 test: $(STAMP)  ## unit tests, pair sync, ruff, and nbval over every stored notebook
 	$(BIN)/ruff check helpers tests notebooks book conftest.py
 	$(BIN)/pytest
+
+# One notebook, for the edit loop: nbval on its .ipynb, its pair and caption tests, the unit tests of
+# the helpers modules it imports (tests/check.py picks them), and ruff.
+check: $(STAMP)  ## check one notebook fast: nbval, its pair and captions, its helpers' unit tests (NB=notebooks/x.md)
+	@test "$(origin NB)" = "command line" || { echo "name the notebook: make check NB=notebooks/9.6-images-and-other-data.md" >&2; exit 2; }
+	$(BIN)/ruff check helpers tests notebooks book conftest.py
+	$(BIN)/pytest -q $$($(BIN)/python tests/check.py $(NB))
 
 guarantees: $(STAMP)  ## execute the chapter again: twice (one of them on one thread) and offline
 	$(BIN)/pytest -m chapter tests/test_chapter.py tests/test_outside.py -v
