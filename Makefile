@@ -1,12 +1,16 @@
 # Attention and Transformers: build the book and test it. `make` lists the targets.
-PYTHON ?= python3.11
+# The first interpreter on PATH that the pins publish wheels for (requires-python in pyproject.toml; a
+# test keeps the two ranges equal). Each is run, not just found: a pyenv shim exists without its Python.
+PYTHONS  := python3.11 python3.12 python3.13 python3.14 python3
+SUITABLE := import sys; sys.exit(not (3, 11) <= sys.version_info < (3, 15))
+PYTHON   ?= $(firstword $(foreach p,$(PYTHONS),$(shell $(p) -c '$(SUITABLE)' >/dev/null 2>&1 && echo $(p))))
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NB     ?= $(sort $(wildcard notebooks/*.md))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup execute figures test guarantees bench lab book site serve site-test clean
+.PHONY: help setup execute figures test check guarantees bench lab book site serve site-test clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -14,6 +18,8 @@ help:  ## list the targets
 setup: $(STAMP)  ## create .venv with the pinned dependencies (fast when nothing changed)
 
 $(STAMP): pyproject.toml
+	@test -x $(BIN)/python || test -n "$(PYTHON)" || \
+	  { echo "make setup needs Python 3.11, 3.12, 3.13 or 3.14 on PATH (as python3.11 ... python3.14 or python3)" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,site]'
 	touch $@
@@ -34,8 +40,15 @@ test: $(STAMP)  ## unit tests, pair sync, ruff, and nbval over every stored note
 	$(BIN)/ruff check helpers tests notebooks book conftest.py
 	$(BIN)/pytest
 
+# One notebook, for the edit loop: nbval on its .ipynb, its pair and caption tests, the unit tests of
+# the helpers modules it imports (tests/check.py picks them), and ruff.
+check: $(STAMP)  ## check one notebook fast: nbval, its pair and captions, its helpers' unit tests (NB=notebooks/x.md)
+	@test "$(origin NB)" = "command line" || { echo "name the notebook: make check NB=notebooks/9.6-images-and-other-data.md" >&2; exit 2; }
+	$(BIN)/ruff check helpers tests notebooks book conftest.py
+	$(BIN)/pytest -q $$($(BIN)/python tests/check.py $(NB))
+
 guarantees: $(STAMP)  ## execute the chapter again under a simulated hardware matrix (CPU kernels, MKL, threads), offline
-	$(BIN)/pytest -m chapter tests/test_chapter.py -v
+	$(BIN)/pytest -m chapter tests/test_chapter.py tests/test_outside.py -v
 
 bench: $(STAMP)  ## execution report: seconds and peak memory per notebook, against tests/budgets.toml
 	$(BIN)/python tests/bench.py $(if $(filter command line,$(origin NB)),$(NB))

@@ -11,6 +11,7 @@ copied from `node_modules/` (the npm package pinned in package.json) into `_stat
 import os
 import re
 import shutil
+import tomllib
 from pathlib import Path
 
 from sphinx.errors import ConfigError
@@ -19,9 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 MATHJAX = ROOT / "node_modules" / "mathjax" / "es5"
 
 # The repository the launch buttons open (Binder builds environment.yml; Colab opens the notebook from
-# GitHub). It is not known inside this checkout, so it comes from the environment, e.g.
-# `make site BOOK_REPOSITORY=https://github.com/OWNER/REPO`; without it the site has no launch buttons.
-REPOSITORY = os.environ.get("BOOK_REPOSITORY", "").rstrip("/")
+# GitHub): pyproject.toml's [project.urls] Repository, the one place the address is recorded (the
+# notebooks' first cell installs the helpers from it). Without one the site has no launch buttons.
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+REPOSITORY = PROJECT.get("urls", {}).get("Repository", "").rstrip("/")
 BRANCH = os.environ.get("BOOK_BRANCH", "main")
 
 project = "Attention and Transformers"

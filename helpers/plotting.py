@@ -49,27 +49,27 @@ def use_style() -> None:
     mpl.rcParams.update(STYLE)
 
 
-def figures_dir() -> Path:
-    """The repository's ``figures/`` folder, wherever the kernel was started.
+def figures_dir() -> Path | None:
+    """The ``figures/`` folder of the checkout the notebook runs in, or None outside a checkout.
 
-    The repository is found from this package's location (an editable install, as ``make setup``
-    does) or, failing that, by walking up from the working directory to the folder holding
-    ``notebooks/``. The environment variable ``BOOK_FIGURES`` overrides it: the tests set it so that
-    re-executing the notebooks does not rewrite the committed figures.
+    The checkout is the first folder holding ``notebooks/`` and ``helpers/`` at or above the working
+    directory (a kernel starts in its notebook's folder). Only the working directory counts, not this
+    package's location: a copy installed from one checkout must not write into it from a notebook run
+    elsewhere (Colab, a download), where the figure is only shown. The environment variable
+    ``BOOK_FIGURES`` overrides it: the tests set it so that re-executing the notebooks does not rewrite
+    the committed figures.
     """
     if os.environ.get("BOOK_FIGURES"):
         return Path(os.environ["BOOK_FIGURES"])
-    here = Path(__file__).resolve().parents[1]
     cwd = Path.cwd().resolve()
-    candidates = [here, cwd, *cwd.parents]
-    for root in candidates:
+    for root in (cwd, *cwd.parents):
         if (root / "notebooks").is_dir() and (root / "helpers").is_dir():
             return root / "figures"
-    raise FileNotFoundError("cannot find the repository (a folder with notebooks/ and helpers/)")
+    return None
 
 
-def save_figure(fig, name: str, png: bool = True) -> Path:
-    """Write ``fig`` to ``figures/NAME.svg`` (and ``.png``); return the SVG's path.
+def save_figure(fig, name: str, png: bool = True) -> Path | None:
+    """Write ``fig`` to ``figures/NAME.svg`` (and ``.png``); return the SVG's path (None outside a checkout).
 
     ``name`` is a stable, lower-case, hyphenated name such as ``"unit-circle-lookup"``.
     """
@@ -78,6 +78,8 @@ def save_figure(fig, name: str, png: bool = True) -> Path:
     if not hasattr(fig, "savefig"):
         raise ValueError(f"expected a matplotlib figure, got {type(fig).__name__}")
     folder = figures_dir()
+    if folder is None:  # outside a checkout: the notebook shows the figure, nothing is written
+        return None
     folder.mkdir(exist_ok=True)
     svg = folder / f"{name}.svg"
     buffer = io.BytesIO()

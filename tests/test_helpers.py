@@ -55,9 +55,25 @@ def test_save_figure_is_reproducible(tmp_path, monkeypatch):
     assert texts[0] == texts[1]
 
 
-def test_figures_dir_is_the_repository_folder(monkeypatch):
+def test_figures_dir_is_the_checkout_folder(monkeypatch):
+    root = plotting.Path(helpers.__file__).resolve().parents[1]
     monkeypatch.delenv("BOOK_FIGURES", raising=False)
-    assert plotting.figures_dir() == plotting.Path(helpers.__file__).resolve().parents[1] / "figures"
+    monkeypatch.chdir(root / "notebooks")                 # where a notebook's kernel starts
+    assert plotting.figures_dir() == root / "figures"
+
+
+def test_outside_a_checkout_figures_are_shown_not_written(tmp_path, monkeypatch):
+    """An installed copy must not write into the checkout it came from when the notebook runs elsewhere."""
+    import matplotlib.pyplot as plt
+
+    monkeypatch.delenv("BOOK_FIGURES", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert plotting.figures_dir() is None
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    assert helpers.save_figure(fig, "outside") is None
+    plt.close(fig)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_figures_dir_can_be_redirected(tmp_path, monkeypatch):

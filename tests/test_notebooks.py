@@ -1,7 +1,9 @@
 """The notebooks' structure: every MyST source is in sync with its .ipynb, every figure has a caption,
-alt text and files in figures/. (nbval, run by the same pytest, checks their outputs.)"""
+alt text and files in figures/, every notebook starts with the same cell that installs the helpers outside a
+checkout. (nbval, run by the same pytest, checks their outputs; tests/test_outside.py runs that cell outside.)"""
 
 import re
+import tomllib
 from pathlib import Path
 
 import jupytext
@@ -62,3 +64,33 @@ def test_every_figure_has_caption_alt_text_and_files(md):
         for name in names:
             for ext in ("svg", "png"):
                 assert (ROOT / "figures" / f"{name}.{ext}").exists(), f"figures/{name}.{ext} is missing"
+
+
+def first_code_cell(md):
+    return next(c for c in jupytext.read(md).cells if c.cell_type == "code")
+
+
+def test_every_notebook_starts_with_the_same_install_cell():
+    """One cell, identical everywhere, hidden on the site; its address is pyproject.toml's."""
+    first = {md.name: first_code_cell(md) for md in SOURCES}
+    reference = first[SOURCES[0].name].source
+    assert "import helpers" in reference and "raise SystemExit(" in reference
+    differ = [name for name, cell in first.items() if cell.source != reference]
+    assert differ == [], f"the first code cell of {differ} differs from {SOURCES[0].name}'s: copy it"
+    hidden = [name for name, cell in first.items() if "remove-cell" not in cell.metadata.get("tags", [])]
+    assert hidden == [], f"tag the first code cell of {hidden} remove-cell"
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("urls", {})
+    recorded = re.findall(r'^    REPOSITORY = "([^"]*)"', reference, re.M)
+    assert recorded == [urls.get("Repository", "")], "the install cell's REPOSITORY must be pyproject.toml's"
+
+
+def test_make_check_runs_the_notebook_its_structure_tests_and_its_helpers_tests():
+    import check
+
+    args = check.arguments(ROOT / "notebooks" / "9.6-images-and-other-data.md")
+    stem = "9.6-images-and-other-data"
+    assert args[0] == f"notebooks/{stem}.ipynb"
+    structure = [a for a in args if a.startswith("tests/test_notebooks.py::")]
+    assert structure and all(a.endswith(f"[{stem}]") and a.split("::")[1].split("[")[0] in globals() for a in structure)
+    # 9.6 imports the package's own names, helpers.attention and helpers.vision.
+    assert [a for a in args[1:] if "::" not in a] == ["tests/test_attention.py", "tests/test_helpers.py", "tests/test_vision.py"]

@@ -1,0 +1,46 @@
+"""What `make check NB=notebooks/x.md` runs for one notebook: print the pytest arguments.
+
+Its stored .ipynb (nbval re-executes and compares it), its own structure tests (pair in sync, captions)
+and the unit tests of each helpers module the notebook imports.
+"""
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+# `from helpers import seed, vision` or `from helpers.vision import patches` or `import helpers.vision`
+IMPORT = re.compile(r"^\s*(?:from\s+helpers(?:\.(\w+))?\s+import\s+([\w, ()]+)|import\s+helpers(?:\.(\w+))?)", re.M)
+STRUCTURE = ("test_pair_in_sync", "test_notebook_is_named_by_section", "test_every_stored_cell_was_executed_in_order",
+             "test_every_figure_has_caption_alt_text_and_files")
+
+
+def modules(source):
+    """The helpers modules that ``source`` imports; "helpers" stands for the package's own names."""
+    found = set()
+    submodules = {p.stem for p in (ROOT / "helpers").glob("*.py")}
+    for sub, names, plain in IMPORT.findall(source):
+        named = {n.strip() for n in names.strip("()").split(",")} if names else set()
+        found |= {sub or plain} if sub or plain else named & submodules
+        if not (sub or plain) and (named - submodules or not names):  # the package's own names
+            found.add("helpers")
+    return found
+
+
+def arguments(md):
+    """pytest's arguments for notebook ``md`` (a path to its MyST source)."""
+    md = Path(md).resolve().with_suffix(".md")  # notebooks/x.md or notebooks/x.ipynb
+    units = sorted(set(TESTS.glob("test_*.py")) - {TESTS / "test_notebooks.py", TESTS / "test_outside.py"})
+    related = set()
+    for module in modules(md.read_text()):
+        # A module's own test file (helpers.vision: test_vision.py); without one, the files that import it.
+        named = TESTS / f"test_{module}.py"
+        related |= {named} if named.exists() else {t for t in units if module in modules(t.read_text())}
+    structure = [f"tests/test_notebooks.py::{name}[{md.stem}]" for name in STRUCTURE]
+    own = sorted(str(t.relative_to(ROOT)) for t in related)
+    return [str(md.with_suffix(".ipynb").relative_to(ROOT)), *structure, *own]
+
+
+if __name__ == "__main__":
+    print(" ".join(a for md in sys.argv[1:] for a in arguments(md)))
