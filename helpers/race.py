@@ -209,7 +209,9 @@ def _race_in_processes(names, setup, workers, bar, stall, deadline, run):
         return {name: jobs[name].result() for name in names}
     finally:
         if not finished:
-            _stop(pids)
+            # Workers that never reported (stuck starting) are ended too: Python 3.11's executor has no
+            # public way to end its workers (terminate_workers() comes in 3.14), so read its pid table.
+            _stop(pids | set(getattr(pool, "_processes", None) or ()))
         pool.shutdown(wait=finished, cancel_futures=True)
         channel.close()
         channel.cancel_join_thread()

@@ -1,3 +1,4 @@
+import multiprocessing as mp
 import os
 import time
 
@@ -68,6 +69,11 @@ def test_watchdog_stops_a_hung_lane_and_names_it():
     with pytest.raises(TimeoutError, match="no progress from RNN for 2 s"):
         race(("RNN",), SMALL, workers=1, progress=False, stall=2, run=hang)
     assert time.monotonic() - start < 60
+    for _ in range(50):                                    # the hung worker was ended, not left asleep
+        if not mp.active_children():
+            break
+        time.sleep(0.1)
+    assert not mp.active_children()
 
 
 def test_deadline_names_the_lanes_still_running():
