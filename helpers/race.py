@@ -222,7 +222,7 @@ def _raise_failures(jobs, heard):
     for name, job in jobs.items():
         error = job.exception() if job.done() else None
         if isinstance(error, BrokenProcessPool):
-            lost = [n for n in heard if isinstance(jobs[n].exception(), BrokenProcessPool)] or [name]
+            lost = [n for n in heard if jobs[n].done() and isinstance(jobs[n].exception(), BrokenProcessPool)] or [name]
             raise RuntimeError(f"race: a worker died while training {', '.join(lost)}") from error
         if error is not None:
             raise RuntimeError(f"race: training {name} failed: {error!r}") from error
