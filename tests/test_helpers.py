@@ -18,8 +18,10 @@ def test_seed_reproduces():
 
 
 def test_seed_rejects_bad_values():
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="seed must be a non-negative int, got -1"):
         helpers.seed(-1)
+    with pytest.raises(ValueError, match="seed must be a non-negative int, got True"):
+        helpers.seed(True)
 
 
 def test_device_is_cuda_exactly_when_available(monkeypatch):
