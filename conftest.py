@@ -5,10 +5,25 @@ their figures to a scratch folder, not over the committed ones in figures/.
 """
 
 import os
+import shutil
 import sys
 import tempfile
 
-os.environ.setdefault("BOOK_FIGURES", tempfile.mkdtemp(prefix="book-figures-"))
+_scratch = None
+
+
+def pytest_configure(config):
+    """Send figures to a scratch folder unless BOOK_FIGURES names one already; made only when needed."""
+    global _scratch
+    if not os.environ.get("BOOK_FIGURES"):
+        _scratch = tempfile.mkdtemp(prefix="book-figures-")
+        os.environ["BOOK_FIGURES"] = _scratch
+
+
+def pytest_unconfigure(config):
+    if _scratch is not None:
+        shutil.rmtree(_scratch, ignore_errors=True)
+        os.environ.pop("BOOK_FIGURES", None)
 
 
 def pytest_collectstart(collector):

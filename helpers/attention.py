@@ -1,31 +1,40 @@
 """Attention primitives that several notebooks reuse: scaled dot-product attention and masks.
 
 Masks follow ``torch.nn.MultiheadAttention``: a boolean tensor in which ``True`` marks a key that a
-query may *not* attend to.
+query may *not* attend to. A query that may attend to no key at all (a fully masked row, or no keys)
+gets all-zero weights and a zero output, as ``F.scaled_dot_product_attention`` does in torch 2.13;
+the softmax of a row of ``-inf`` alone would be NaN.
 """
 
 import torch
+
+from helpers.checks import integers, positive_int, tensor
 
 
 def attention(q, k, v, mask=None):
     """Scaled dot-product attention, written out; returns ``(outputs, weights)``.
 
     Shapes: ``q (..., m, d_k)``, ``k (..., n, d_k)``, ``v (..., n, d_v)``, ``mask`` broadcastable
-    to ``(..., m, n)`` -> outputs ``(..., m, d_v)``, weights ``(..., m, n)``.
+    to ``(..., m, n)`` -> outputs ``(..., m, d_v)``, weights ``(..., m, n)``. A fully masked query
+    gets zero weights and a zero output. Half-precision inputs are computed in float32 and the
+    results cast back: the scale comes before the product, so large entries do not overflow.
     """
     check_qkv(q, k, v)
-    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5          # (..., m, n) scores
+    wide = torch.promote_types(q.dtype, torch.float32)        # float16/bfloat16 -> float32
+    s = (q.to(wide) * q.shape[-1] ** -0.5) @ k.to(wide).transpose(-2, -1)   # (..., m, n) scores
     if mask is not None:
         check_mask(mask, s.shape)
         s = s.masked_fill(mask, float("-inf"))
     w = torch.softmax(s, dim=-1)
-    return w @ v, w
+    if mask is not None:
+        w = w.masked_fill(mask.all(dim=-1, keepdim=True), 0.0)     # no key to see: zeros, not NaN
+    return (w @ v.to(wide)).to(v.dtype), w.to(q.dtype)
 
 
 def check_qkv(q, k, v):
     """Raise ``ValueError`` unless ``q (..., m, d_k)``, ``k (..., n, d_k)``, ``v (..., n, d_v)`` fit."""
-    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError("q, k and v need at least two dimensions (tokens, features)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        tensor(t, name, min_dim=2)                             # (tokens, features) at least
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"queries and keys differ in width: {q.shape[-1]} != {k.shape[-1]}")
     if k.shape[-2] != v.shape[-2]:
@@ -34,6 +43,7 @@ def check_qkv(q, k, v):
 
 def check_mask(mask, shape):
     """Raise ``ValueError`` unless ``mask`` is boolean and broadcastable to ``shape`` (..., m, n)."""
+    tensor(mask, "mask")
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must be boolean (True hides a key), got {mask.dtype}")
     try:
@@ -44,26 +54,26 @@ def check_mask(mask, shape):
 
 def causal_mask(T, device=None):
     """``(T, T)`` boolean mask hiding the future: entry ``(i, j)`` is True where ``j > i``."""
-    if not isinstance(T, int) or T < 1:
-        raise ValueError(f"T must be a positive int, got {T!r}")
+    T = positive_int(T, "T")
     return torch.triu(torch.ones(T, T, dtype=torch.bool, device=device), diagonal=1)
 
 
 def padding_mask(lengths, T):
     """``(B, 1, T)`` boolean mask hiding positions at or beyond each sequence's length.
 
-    It broadcasts over the queries of a ``(B, T, T)`` score matrix.
+    ``lengths`` holds ``B`` integers in ``1..T``. The mask broadcasts over the queries of a
+    ``(B, T, T)`` score matrix.
     """
-    lengths = torch.as_tensor(lengths)
+    T = positive_int(T, "T")
+    lengths = integers(lengths, "lengths")
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be one-dimensional, got shape {tuple(lengths.shape)}")
     if (lengths < 1).any() or (lengths > T).any():
         raise ValueError(f"every length must lie in 1..{T}, got {lengths.tolist()}")
-    return (torch.arange(T) >= lengths[:, None])[:, None, :]
+    return (torch.arange(T, device=lengths.device) >= lengths[:, None])[:, None, :]
 
 
 def softmax_jacobian(p):
     """Jacobian ``diag(p) - p p^T`` of the softmax at probabilities ``p``: ``(..., n) -> (..., n, n)``."""
-    if p.dim() < 1:
-        raise ValueError("p needs at least one dimension")
+    tensor(p, "p", min_dim=1)
     return torch.diag_embed(p) - p[..., :, None] * p[..., None, :]

@@ -2,15 +2,16 @@
 
 import torch
 
+from helpers.checks import positive_int
+
 
 def reversal_batch(batch, length, generator, digits=10):
     """A batch of digit strings and their reversals: ``(source, target)``, each ``(batch, length)``.
 
     The true alignment is known: target position ``t`` copies source position ``length - 1 - t``.
     """
-    if batch < 1 or length < 1:
-        raise ValueError(f"batch and length must be positive, got {batch} and {length}")
-    if not 2 <= digits:
+    batch, length, digits = positive_int(batch, "batch"), positive_int(length, "length"), positive_int(digits, "digits")
+    if digits < 2:
         raise ValueError(f"need at least two digits, got {digits}")
     source = torch.randint(digits, (batch, length), generator=generator)
     return source, source.flip(1)
@@ -23,8 +24,7 @@ def adding_problem_batch(batch, length, generator):
     half of the sequence. The target is the sum of the two marked values, so a model that always
     predicts the mean, 1, has a mean squared error of Var(u1 + u2) = 1/6.
     """
-    if batch < 1:
-        raise ValueError(f"batch must be positive, got {batch}")
+    batch, length = positive_int(batch, "batch"), positive_int(length, "length")
     if length < 2 or length % 2:
         raise ValueError(f"length must be a positive even number (one marker per half), got {length}")
     values = torch.rand(batch, length, generator=generator)

@@ -1,24 +1,16 @@
-"""Efficient attention (section 9.5): tiled attention, time and memory measurements, a decoder with a
-key–value cache.
+"""Efficient attention (section 9.5): tiled attention and a decoder with a key–value cache.
 
 The lessons themselves (the online-softmax loop, linear attention, grouped-query attention written out,
 sparse masks, random features) are written out in the notebook; this module holds their reusable,
-batched and tested versions and the measuring plumbing.
+batched and tested versions. Measuring time and memory is ``helpers.measure``'s job.
 """
-
-import contextlib
-import functools
-import math
-import os
-import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from helpers.attention import check_mask, check_qkv
+from helpers.checks import flag, non_negative_int, positive_int, tensor
 from helpers.positions import rope
 
 
@@ -29,26 +21,29 @@ def tiled_attention(q, k, v, tile, mask=None, is_causal=False):
     leading dimensions broadcast. ``mask`` is boolean, broadcastable to ``(..., m, n)``, True where a
     query may *not* see a key (as in ``helpers.attention``). ``is_causal`` hides key ``j > i`` from
     query ``i`` (aligned top-left, as ``F.scaled_dot_product_attention``) without building a mask, and
-    skips the blocks that lie wholly in the future. A query that sees no key at all gets NaN, as the
-    softmax of a row of ``-inf`` does.
+    skips the blocks that lie wholly in the future. A query that sees no key at all (a fully masked
+    row, or no keys) gets zeros, as in ``helpers.attention.attention`` and SDPA. The running maximum,
+    normalizer and weighted sum are kept in float32 (or wider) whatever the input's dtype, and only
+    the result is cast back: summed over thousands of keys in bfloat16 they would lose digits.
     """
-    if not isinstance(tile, int) or isinstance(tile, bool) or tile < 1:
-        raise ValueError(f"tile must be a positive int, got {tile!r}")
+    tile = positive_int(tile, "tile")
+    is_causal = flag(is_causal, "is_causal")
     check_qkv(q, k, v)
     m_q, n = q.shape[-2], k.shape[-2]
     if mask is not None:
         lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
         check_mask(mask, (*lead, m_q, n))
-    scale = q.shape[-1] ** -0.5
+    out_dtype = torch.promote_types(q.dtype, v.dtype)
+    wide = torch.promote_types(out_dtype, torch.float32)
+    q = q.to(wide) * q.shape[-1] ** -0.5                # scale before the product: no overflow
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    dtype = torch.promote_types(q.dtype, v.dtype)
-    m = torch.full((*lead, m_q, 1), float("-inf"), dtype=dtype, device=q.device)   # running maximum
-    total = torch.zeros((*lead, m_q, 1), dtype=dtype, device=q.device)             # running normalizer
-    acc = torch.zeros((*lead, m_q, v.shape[-1]), dtype=dtype, device=q.device)     # running weighted sum
+    m = torch.full((*lead, m_q, 1), float("-inf"), dtype=wide, device=q.device)   # running maximum
+    total = torch.zeros((*lead, m_q, 1), dtype=wide, device=q.device)             # running normalizer
+    acc = torch.zeros((*lead, m_q, v.shape[-1]), dtype=wide, device=q.device)     # running weighted sum
     rows = torch.arange(m_q, device=q.device)[:, None]
     stop = min(n, m_q) if is_causal else n              # keys j >= m_q are in every query's future
     for j in range(0, stop, tile):
-        s = q @ k[..., j:j + tile, :].transpose(-2, -1) * scale                    # (..., m, tile)
+        s = q @ k[..., j:j + tile, :].to(wide).transpose(-2, -1)                  # (..., m, tile)
         if mask is not None:
             s = s.masked_fill(mask[..., j:j + tile] if mask.shape[-1] > 1 else mask, float("-inf"))
         if is_causal:
@@ -60,127 +55,17 @@ def tiled_attention(q, k, v, tile, mask=None, is_causal=False):
         rescale = torch.exp(m - shift)
         p = torch.exp(s - shift)
         total = total * rescale + p.sum(dim=-1, keepdim=True)
-        acc = acc * rescale + p @ v[..., j:j + tile, :].to(dtype)
+        acc = acc * rescale + p @ v[..., j:j + tile, :].to(wide)
         m = m_new
-    return acc / total
+    # A query that saw no key has total = 0 and acc = 0: divide by 1 instead, which gives its zeros.
+    return (acc / torch.where(total > 0, total, torch.ones_like(total))).to(out_dtype)
 
 
 def naive_attention(q, k, v):
     """Scaled dot-product attention that materializes all scores: ``(..., T, d) -> (..., T, d_v)``."""
+    check_qkv(q, k, v)
     s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5          # (..., T, T): the memory we want to avoid
     return torch.softmax(s, dim=-1) @ v
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Send file descriptor 2 to /dev/null for a moment (C++ logging does not go through sys.stderr)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def peak_memory(fn, device=None):
-    """Bytes allocated by ``fn()`` at its peak, above what was allocated when it started (measured).
-
-    On CUDA this is ``torch.cuda.max_memory_allocated``. On the CPU it is measured with the PyTorch
-    profiler (``profile_memory=True``): every allocation and free is an event with its size, and the
-    running sum of the events, in time order, peaks at the answer. The result of ``fn`` is freed
-    inside the measurement, so it counts towards the peak.
-    """
-    device = torch.device(device or "cpu")
-    if device.type == "cuda":
-        _sync(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-        out = fn()
-        _sync(device)
-        del out
-        return torch.cuda.max_memory_allocated(device) - base
-    if device.type != "cpu":
-        raise ValueError(f"peak_memory measures the CPU or CUDA, not {device.type}")
-    from torch.profiler import ProfilerActivity, profile
-
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_stderr():                                # the profiler logs its start and stop on fd 2
-        prof.start()
-    try:
-        out = fn()
-        del out
-    finally:
-        with _quiet_stderr():
-            prof.stop()
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_ns())
-    now = peak = 0
-    for e in events:
-        now += e.nbytes()                                # positive: allocated, negative: freed
-        peak = max(peak, now)
-    return peak
-
-
-def seconds(fn, repeats=3, device=None):
-    """The shortest wall-clock time of ``repeats`` calls of ``fn()``, in seconds (the least disturbed).
-
-    Call ``fn`` once before to warm up; on CUDA the device is synchronized around each call.
-    """
-    if repeats < 1:
-        raise ValueError(f"repeats must be positive, got {repeats}")
-    device = torch.device(device or "cpu")
-    best = math.inf
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def benchmark(methods, lengths, d=64, heads=1, repeats=2, device=None, dtype=torch.float32, seed=0):
-    """Time and peak memory of attention methods against the sequence length.
-
-    ``methods`` maps a name to ``f(q, k, v)`` with ``q, k, v (1, heads, T, d)``. Returns
-    ``{name: {"T": [...], "seconds": [...], "bytes": [...]}}``; the memory run doubles as warm-up.
-    """
-    if not methods:
-        raise ValueError("give at least one method")
-    if not lengths or any(not isinstance(T, int) or T < 1 for T in lengths):
-        raise ValueError(f"lengths must be positive ints, got {lengths!r}")
-    device = torch.device(device or "cpu")
-    g = torch.Generator(device=device).manual_seed(seed)
-    results = {name: {"T": [], "seconds": [], "bytes": []} for name in methods}
-    steps = [(T, name) for T in lengths for name in methods]
-    with torch.no_grad():
-        for T, name in tqdm(steps, desc=f"benchmark ({device.type})", file=sys.stderr, leave=False):
-            q, k, v = torch.randn(3, 1, heads, T, d, generator=g, device=device, dtype=dtype).unbind(0)
-            call = functools.partial(methods[name], q, k, v)
-            results[name]["T"].append(T)
-            results[name]["bytes"].append(peak_memory(call, device))
-            results[name]["seconds"].append(seconds(call, repeats, device))
-    return results
-
-
-def growth_exponent(x, y):
-    """Least-squares slope of ``log y`` against ``log x``: ``y ~ x^slope``."""
-    x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
-    if x.shape != y.shape or x.dim() != 1 or len(x) < 2:
-        raise ValueError(f"need two 1-D series of equal length >= 2, got shapes {tuple(x.shape)} and {tuple(y.shape)}")
-    if (x <= 0).any() or (y <= 0).any():
-        raise ValueError("growth exponents need positive values")
-    lx, ly = x.log(), y.log()
-    lx = lx - lx.mean()
-    return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())
 
 
 class CachedSelfAttention(nn.Module):
@@ -194,6 +79,7 @@ class CachedSelfAttention(nn.Module):
 
     def __init__(self, d, heads, kv_heads):
         super().__init__()
+        d, heads, kv_heads = positive_int(d, "d"), positive_int(heads, "heads"), positive_int(kv_heads, "kv_heads")
         if d % heads or heads % kv_heads:
             raise ValueError(f"need heads | d and kv_heads | heads, got d={d}, heads={heads}, kv_heads={kv_heads}")
         self.heads, self.kv_heads, self.dh = heads, kv_heads, d // heads
@@ -204,7 +90,12 @@ class CachedSelfAttention(nn.Module):
         self.out = nn.Linear(d, d, bias=False)
 
     def forward(self, x, cache=None):
+        tensor(x, "x")
+        if x.dim() != 3:
+            raise ValueError(f"x must be (batch, length, width), got shape {tuple(x.shape)}")
         B, T, _ = x.shape
+        if cache is not None and cache[0].shape != cache[1].shape:
+            raise ValueError(f"the key and value caches differ: {tuple(cache[0].shape)} != {tuple(cache[1].shape)}")
         past = 0 if cache is None else cache[0].shape[-2]
         q = self.q(x).view(B, T, self.heads, self.dh).transpose(1, 2)                     # (B, H, T, dh)
         k, v = self.kv(x).view(B, T, 2, self.kv_heads, self.dh).permute(2, 0, 3, 1, 4)    # (B, G, T, dh) each
@@ -228,7 +119,8 @@ class CachedDecoder(nn.Module):
 
     def __init__(self, vocab, d=64, heads=4, kv_heads=None, layers=2):
         super().__init__()
-        if vocab < 2 or layers < 1:
+        vocab, layers = positive_int(vocab, "vocab"), positive_int(layers, "layers")
+        if vocab < 2:
             raise ValueError(f"need vocab >= 2 and layers >= 1, got {vocab} and {layers}")
         kv_heads = heads if kv_heads is None else kv_heads
         self.embed = nn.Embedding(vocab, d)
@@ -242,7 +134,7 @@ class CachedDecoder(nn.Module):
         self.head = nn.Linear(d, vocab, bias=False)
 
     def forward(self, tokens, caches=None):
-        if tokens.dim() != 2:
+        if tensor(tokens, "tokens").dim() != 2:
             raise ValueError(f"tokens must be (batch, length), got shape {tuple(tokens.shape)}")
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(f"need one cache per layer ({len(self.blocks)}), got {len(caches)}")
@@ -263,10 +155,10 @@ def generate(model, prompt, steps, use_cache=True):
     Without the cache every step runs the model on the whole sequence so far; with it, the prompt is
     run once and every later step feeds only the newest token, reusing the stored keys and values.
     """
+    tensor(prompt, "prompt")
     if prompt.dim() != 2 or prompt.shape[1] < 1:
         raise ValueError(f"prompt must be (batch, length >= 1), got shape {tuple(prompt.shape)}")
-    if steps < 0:
-        raise ValueError(f"steps must be non-negative, got {steps}")
+    steps = non_negative_int(steps, "steps")
     tokens, caches, feed = prompt, None, prompt
     for _ in range(steps):
         if use_cache:

@@ -3,6 +3,8 @@
 import torch
 from torch import nn
 
+from helpers.checks import one_of, positive_int, tensor
+
 
 class AttentionSeq2Seq(nn.Module):
     """A GRU encoder-decoder in which every decoder step queries the encoder states (Bahdanau et al.).
@@ -13,6 +15,7 @@ class AttentionSeq2Seq(nn.Module):
 
     def __init__(self, vocab, d, attention):
         super().__init__()
+        vocab, d = positive_int(vocab, "vocab"), positive_int(d, "d")
         self.vocab = vocab
         self.embed = nn.Embedding(vocab + 1, d)
         self.encoder = nn.GRU(d, d, batch_first=True)
@@ -25,11 +28,15 @@ class AttentionSeq2Seq(nn.Module):
         """Logits ``(B, steps, vocab)`` and attention weights ``(B, steps, n)``.
 
         With ``target`` the decoder is fed the true previous token (teacher forcing); without it,
-        its own greedy prediction.
+        its own greedy prediction, for ``steps`` steps (default: the source's length).
         """
-        if source.dim() != 2:
+        if tensor(source, "source").dim() != 2:
             raise ValueError(f"source must be (batch, length), got shape {tuple(source.shape)}")
-        steps = target.shape[1] if target is not None else (steps or source.shape[1])
+        if target is not None:
+            if tensor(target, "target").dim() != 2 or steps not in (None, target.shape[1]):
+                raise ValueError(f"target must be (batch, steps), got shape {tuple(target.shape)} and steps={steps!r}")
+            steps = target.shape[1]
+        steps = source.shape[1] if steps is None else positive_int(steps, "steps")
         h, _ = self.encoder(self.embed(source))                # (B, n, d)
         s = torch.tanh(self.init(h.mean(1)))                   # (B, d)
         prev = torch.full_like(source[:, 0], self.vocab)       # start symbol
@@ -56,6 +63,8 @@ class AddingTransformer(nn.Module):
 
     def __init__(self, features=2, length=100, d=64, heads=4):
         super().__init__()
+        features, length = positive_int(features, "features"), positive_int(length, "length")
+        d, heads = positive_int(d, "d"), positive_int(heads, "heads")
         if d % heads:
             raise ValueError(f"width d={d} must be divisible by heads={heads}")
         self.length = length
@@ -97,9 +106,8 @@ class RecurrentRegressor(nn.Module):
     def __init__(self, cell="gru", features=2, hidden=64):
         super().__init__()
         kinds = {"gru": nn.GRU, "rnn": nn.RNN}
-        if cell not in kinds:
-            raise ValueError(f"cell must be one of {sorted(kinds)}, got {cell!r}")
-        self.rnn = kinds[cell](features, hidden, batch_first=True)
+        one_of(cell, "cell", sorted(kinds))
+        self.rnn = kinds[cell](positive_int(features, "features"), positive_int(hidden, "hidden"), batch_first=True)
         self.out = nn.Linear(hidden, 1)
 
     def forward(self, x):

@@ -3,6 +3,7 @@
 import io
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import matplotlib as mpl
@@ -60,7 +61,7 @@ def figures_dir() -> Path | None:
     the committed figures.
     """
     if os.environ.get("BOOK_FIGURES"):
-        return Path(os.environ["BOOK_FIGURES"])
+        return Path(os.environ["BOOK_FIGURES"]).expanduser()
     cwd = Path.cwd().resolve()
     for root in (cwd, *cwd.parents):
         if (root / "notebooks").is_dir() and (root / "helpers").is_dir():
@@ -71,23 +72,44 @@ def figures_dir() -> Path | None:
 def save_figure(fig, name: str, png: bool = True) -> Path | None:
     """Write ``fig`` to ``figures/NAME.svg`` (and ``.png``); return the SVG's path (None outside a checkout).
 
-    ``name`` is a stable, lower-case, hyphenated name such as ``"unit-circle-lookup"``.
+    ``name`` is a stable, lower-case, hyphenated name such as ``"unit-circle-lookup"`` (a trailing
+    ``.svg`` is dropped). Both files are written to temporary names in the folder first and then
+    renamed over the old ones, so a failed write leaves the previous pair whole; missing folders are
+    created. A failure raises ``OSError`` naming the folder and where it came from.
     """
-    if not name or not all(c.islower() or c.isdigit() or c in "-." for c in name) or name[0] in "-.":
+    if isinstance(name, str) and name.endswith(".svg"):
+        name = name[: -len(".svg")]
+    if not isinstance(name, str) or not name or name[0] in "-." or not all(c.islower() or c.isdigit() or c in "-." for c in name):
         raise ValueError(f"figure name must be lower-case letters, digits and hyphens, got {name!r}")
     if not hasattr(fig, "savefig"):
         raise ValueError(f"expected a matplotlib figure, got {type(fig).__name__}")
     folder = figures_dir()
     if folder is None:  # outside a checkout: the notebook shows the figure, nothing is written
         return None
-    folder.mkdir(exist_ok=True)
-    svg = folder / f"{name}.svg"
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="svg", metadata={"Date": None})
-    svg.write_text(round_coordinates(buffer.getvalue().decode()))
-    if png:
-        fig.savefig(folder / f"{name}.png", metadata={"Software": None})
-    return svg
+    files = {"svg": {"Date": None}, **({"png": {"Software": None}} if png else {})}    # format: metadata
+    temps = {}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for fmt, metadata in files.items():
+            handle, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=f".{fmt}", dir=folder)
+            os.close(handle)
+            temps[fmt] = Path(temp)
+            if fmt == "svg":
+                buffer = io.BytesIO()
+                fig.savefig(buffer, format=fmt, metadata=metadata)
+                temps[fmt].write_text(round_coordinates(buffer.getvalue().decode()))
+            else:
+                fig.savefig(temp, format=fmt, metadata=metadata)
+        for fmt, temp in temps.items():
+            os.replace(temp, folder / f"{name}.{fmt}")       # both files exist: rename them in turn
+        temps.clear()
+    except OSError as error:
+        where = ("BOOK_FIGURES" if os.environ.get("BOOK_FIGURES") else "the repository's figures/ (BOOK_FIGURES overrides it)")
+        raise OSError(f"cannot write figure {name!r} to {folder} (from {where}): {error}") from error
+    finally:
+        for temp in temps.values():
+            temp.unlink(missing_ok=True)
+    return folder / f"{name}.svg"
 
 
 # matplotlib writes SVG coordinates with 6 decimals, so a figure computed on another CPU, whose floats

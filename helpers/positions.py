@@ -1,40 +1,55 @@
-"""Position encodings: the sinusoidal table, RoPE, T5's relative buckets and ALiBi's linear biases."""
+"""Position encodings: the sinusoidal table, RoPE, T5's relative buckets and ALiBi's linear biases.
+
+Positions and angles are computed in float32 or wider, whatever the requested or input dtype, and
+only the result is cast: in float16 the position 4095 is stored as 4096, and an angle of thousands of
+radians keeps no digit of its fraction, so a table computed in half precision is wrong by whole units.
+"""
 
 import math
 
 import torch
 
+from helpers.checks import finite_float, flag, integer, integers, positive_int, tensor
+
+
+def _wide(dtype):
+    """The dtype to compute positions and angles in: ``dtype`` itself if it is float32 or wider."""
+    return torch.promote_types(dtype, torch.float32)
+
 
 def frequencies(d, base=10000.0, dtype=torch.float64):
     """The ``d/2`` angular frequencies ``omega_j = base^(-2j/d)`` shared by both encodings."""
-    if not isinstance(d, int) or d < 2 or d % 2:
+    if positive_int(d, "d") % 2:
         raise ValueError(f"the width d must be a positive even int (coordinates come in pairs), got {d!r}")
-    if base <= 1:
+    if finite_float(base, "base") <= 1:
         raise ValueError(f"base must be greater than 1, got {base}")
     return base ** (-torch.arange(0, d, 2, dtype=dtype) / d)
 
 
 def sinusoidal(T, d, base=10000.0, dtype=torch.float64):
-    """``(T, d)`` table: ``p[t, 2j] = sin(omega_j t)``, ``p[t, 2j+1] = cos(omega_j t)``."""
-    if not isinstance(T, int) or T < 1:
-        raise ValueError(f"T must be a positive int, got {T!r}")
-    angle = torch.arange(T, dtype=dtype)[:, None] * frequencies(d, base, dtype)     # (T, d/2)
-    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2)
+    """``(T, d)`` table: ``p[t, 2j] = sin(omega_j t)``, ``p[t, 2j+1] = cos(omega_j t)``, in ``dtype``."""
+    T, wide = positive_int(T, "T"), _wide(dtype)
+    angle = torch.arange(T, dtype=wide)[:, None] * frequencies(d, base, wide)      # (T, d/2)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2).to(dtype)
 
 
 def rope(x, base=10000.0, offset=0):
     """Rotate each coordinate pair ``(2j, 2j+1)`` of the row for position ``t`` by ``t * omega_j``.
 
-    ``x (..., T, d) -> (..., T, d)``; positions start at ``offset`` (for a key-value cache).
+    ``x (..., T, d) -> (..., T, d)``; positions start at ``offset`` (for a key-value cache). Half
+    precision input is rotated in float32 and the result rounded once, to ``x``'s dtype.
     """
+    tensor(x, "x")
     if x.dim() < 2:
         raise ValueError(f"x must be (..., T, d), got shape {tuple(x.shape)}")
+    offset = integer(offset, "offset")
     T, d = x.shape[-2:]
-    omega = frequencies(d, base, x.dtype).to(x.device)
-    angle = torch.arange(offset, offset + T, dtype=x.dtype, device=x.device)[:, None] * omega
+    wide = _wide(x.dtype)
+    omega = frequencies(d, base, wide).to(x.device)
+    angle = torch.arange(offset, offset + T, dtype=wide, device=x.device)[:, None] * omega     # (T, d/2)
     cos, sin = angle.cos(), angle.sin()
-    even, odd = x[..., 0::2], x[..., 1::2]
-    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+    even, odd = x[..., 0::2].to(wide), x[..., 1::2].to(wide)
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2).to(x.dtype)
 
 
 def t5_bucket(offset, bidirectional=True, buckets=32, max_distance=128):
@@ -48,9 +63,10 @@ def t5_bucket(offset, bidirectional=True, buckets=32, max_distance=128):
     causal model) only offsets ``<= 0`` are told apart. Follows Raffel et al. (2020), as implemented in
     T5's reference code.
     """
-    offset = torch.as_tensor(offset)
-    if offset.is_floating_point() or offset.is_complex():
-        raise ValueError(f"offsets must be integers, got dtype {offset.dtype}")
+    offset = integers(offset, "offsets")
+    flag(bidirectional, "bidirectional")
+    buckets = positive_int(buckets, "buckets")
+    max_distance = positive_int(max_distance, "max_distance")     # NaN would make bucket -2^63
     per_direction = buckets // 2 if bidirectional else buckets
     exact = per_direction // 2
     if exact < 1 or (bidirectional and buckets % 2):
@@ -77,8 +93,7 @@ def alibi_slopes(heads, dtype=torch.float64):
     the slopes for the nearest smaller power of two followed by every other slope of the next one,
     as in the paper's code.
     """
-    if not isinstance(heads, int) or heads < 1:
-        raise ValueError(f"heads must be a positive int, got {heads!r}")
+    heads = positive_int(heads, "heads")
 
     def geometric(n):
         return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
@@ -94,8 +109,8 @@ def alibi_bias(T, heads, dtype=torch.float64):
     Under a causal mask (keys ``j <= i``) this is the paper's penalty ``-m_h (i - j)``; add it to the
     scores before the softmax. Nothing is learned and every length ``T`` has a bias.
     """
-    if not isinstance(T, int) or T < 1:
-        raise ValueError(f"T must be a positive int, got {T!r}")
-    pos = torch.arange(T, dtype=dtype)
+    T, wide = positive_int(T, "T"), _wide(dtype)
+    pos = torch.arange(T, dtype=wide)
     distance = (pos[:, None] - pos[None, :]).abs()                  # (T, T)
-    return 0.0 - alibi_slopes(heads, dtype)[:, None, None] * distance      # 0.0 - ...: no -0.0 on the diagonal
+    bias = 0.0 - alibi_slopes(heads, wide)[:, None, None] * distance      # 0.0 - ...: no -0.0 on the diagonal
+    return bias.to(dtype)

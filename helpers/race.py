@@ -8,14 +8,18 @@ thread count the notebook itself uses.
 import multiprocessing as mp
 import os
 import queue as queues
+import signal
 import sys
-import traceback
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from helpers.checks import non_negative_int, positive_float, positive_int
 from helpers.data import adding_problem_batch
 from helpers.models import AddingTransformer, RecurrentRegressor
 from helpers.train import train_and_evaluate
@@ -26,20 +30,9 @@ MODELS = {
     "RNN": lambda: RecurrentRegressor("rnn", features=2, hidden=64),
 }
 
-
-# Relative cost of a training step, single-threaded (measured: about 31, 54 and 22 ms here). Used only
-# to share the models out among fewer processes than models, the slowest alone.
-COST = {"transformer": 31, "GRU": 54, "RNN": 22}
-
-
-def lanes(names, workers):
-    """Share ``names`` among ``workers`` processes, greedily by cost: a list of lists of names."""
-    if workers < 1:
-        raise ValueError(f"workers must be positive, got {workers}")
-    groups = [[] for _ in range(min(workers, len(names)))]
-    for name in sorted(names, key=lambda n: -COST.get(n, 1)):
-        min(groups, key=lambda g: sum(COST.get(n, 1) for n in g)).append(name)
-    return groups
+# Submitted in this order, the longest first, so that with fewer processes than models the short ones
+# fill in behind it (a training step single-threaded: about 54, 31 and 22 ms here).
+SLOWEST_FIRST = ("GRU", "transformer", "RNN")
 
 
 @dataclass
@@ -58,11 +51,13 @@ class Setup:
     test_seed: int = 2         # the test set's generator
 
     def __post_init__(self):
-        for name in ("batch", "steps", "test_size", "every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
+        for name in ("length", "batch", "steps", "test_size", "every"):
+            positive_int(getattr(self, name), name)
+        for name in ("seed", "data_seed", "test_seed"):
+            non_negative_int(getattr(self, name), name)
+        positive_float(self.lr, "lr")
+        if self.clip is not None:
+            positive_float(self.clip, "clip")
 
 
 @dataclass
@@ -115,65 +110,119 @@ def run_one(name, setup, on_step=None):
     return Result(name, params, steps, mse, state)
 
 
-def _worker(names, setup, channel, report_every):
+def _start_worker(channel):
+    """Each worker process: one thread (reproducible runs), and a channel back to the race."""
+    global _channel
     torch.set_num_threads(1)
-    for name in names:
+    _channel = channel
+    channel.put(("worker", None, os.getpid()))
+
+
+def _lane(run, name, setup, report_every):
+    """One model's run in a worker, reporting its start (with the worker's id) and its progress."""
+    _channel.put(("start", name, os.getpid()))
+
+    def on_step(step):
+        if step % report_every == 0:
+            _channel.put(("progress", name, report_every))
+
+    return run(name, setup, on_step)
+
+
+def _stop(pids):
+    """End the workers we started (by their ids): a hung one would never return its job."""
+    for pid in pids:
         try:
-            def on_step(step, name=name):
-                if step % report_every == 0:
-                    channel.put(("progress", name, report_every))
-
-            channel.put(("done", name, run_one(name, setup, on_step)))
-        except BaseException:
-            channel.put(("error", name, traceback.format_exc()))
-            return
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
-def race(names=tuple(MODELS), setup=None, workers=None, progress=True):
-    """Train every model in ``names`` under the same ``setup``; return ``{name: Result}``.
+def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120.0, deadline=None, run=run_one):
+    """Train every model in ``names`` under the same ``setup``; return ``{name: Result}`` in that order.
 
-    The models are shared among ``workers`` single-threaded (spawned) processes (default: one per
-    CPU core, at most one per model) that run side by side; ``workers=0`` trains them one after the
-    other in this process. A tqdm bar on stderr counts the steps of all models together.
+    Each model is one job for a pool of ``workers`` single-threaded (spawned) processes (default: one
+    per CPU core, at most one per model), submitted longest first; ``workers=0`` trains them one after
+    the other in this process. A tqdm bar on stderr counts the steps of all models together.
+
+    A watchdog ends the workers and raises ``TimeoutError`` naming the model (the lane) when a started
+    model reports no progress for ``stall`` seconds, or when the whole race passes ``deadline``
+    seconds (None: no deadline). A model whose training raises, or whose worker dies, stops the race
+    with a ``RuntimeError`` naming it. ``run(name, setup, on_step) -> Result`` is ``run_one`` unless a
+    test replaces it (with a module-level function: the workers import it by name).
     """
     setup = setup or Setup()
+    names = tuple(names)
     unknown = [n for n in names if n not in MODELS]
     if unknown or not names:
         raise ValueError(f"names must be some of {list(MODELS)}, got {list(names)}")
-    workers = (os.cpu_count() or 1) if workers is None else workers
+    if len(set(names)) != len(names):
+        raise ValueError(f"names must be distinct, got {list(names)}")
+    workers = (os.cpu_count() or 1) if workers is None else non_negative_int(workers, "workers")
+    stall = positive_float(stall, "stall")
+    deadline = None if deadline is None else positive_float(deadline, "deadline")
     bar = tqdm(total=len(names) * setup.steps, desc="race", file=sys.stderr, mininterval=5.0,
                leave=False, disable=not progress)
-    results = {}
-    if workers == 0:
-        for name in names:
-            results[name] = run_one(name, setup, on_step=lambda step: bar.update(1))
+    try:
+        if workers == 0:
+            return {name: run(name, setup, lambda step: bar.update(1)) for name in names}
+        return _race_in_processes(names, setup, workers, bar, stall, deadline, run)
+    finally:
         bar.close()
-        return results
+
+
+def _race_in_processes(names, setup, workers, bar, stall, deadline, run):
     ctx = mp.get_context("spawn")           # fork after torch has started threads is unsafe
     channel = ctx.Queue()
     report_every = max(1, setup.steps // 100)
-    procs = [ctx.Process(target=_worker, args=(group, setup, channel, report_every), daemon=True)
-             for group in lanes(names, workers)]
-    for p in procs:
-        p.start()
+    pool = ProcessPoolExecutor(min(workers, len(names)), mp_context=ctx, initializer=_start_worker, initargs=(channel,))
+    jobs = {name: pool.submit(_lane, run, name, setup, report_every)
+            for name in sorted(names, key=lambda n: SLOWEST_FIRST.index(n) if n in SLOWEST_FIRST else len(SLOWEST_FIRST))}
+    pids, heard = set(), {}                 # worker ids; when each started model last reported
+    began = last = time.monotonic()
+    finished = False
     try:
-        while len(results) < len(names):
+        while not all(job.done() for job in jobs.values()):
             try:
-                kind, name, payload = channel.get(timeout=5)
+                kind, name, payload = channel.get(timeout=0.5)
+                last = time.monotonic()
+                if kind in ("worker", "start"):
+                    pids.add(payload)
+                if name is not None:
+                    heard[name] = last
+                if kind == "progress":
+                    bar.update(payload)
             except queues.Empty:
-                if not any(p.is_alive() for p in procs):
-                    raise RuntimeError("a race worker died without reporting") from None
-                continue
-            if kind == "progress":
-                bar.update(payload)
-            elif kind == "error":
-                raise RuntimeError(f"training {name} failed:\n{payload}")
-            else:
-                results[name] = payload
+                pass
+            _raise_failures(jobs, heard)
+            now = time.monotonic()
+            running = [n for n, job in jobs.items() if not job.done()]
+            silent = [n for n in running if n in heard and now - heard[n] > stall]
+            if not silent and now - last > stall:
+                silent = running                 # nothing at all for too long: the workers never started
+            if silent:
+                raise TimeoutError(f"race: no progress from {', '.join(silent)} for {stall:g} s; its worker was stopped")
+            if deadline is not None and now - began > deadline:
+                raise TimeoutError(f"race: {', '.join(running)} still running after the {deadline:g} s deadline; stopped")
+        _raise_failures(jobs, heard)
+        finished = True
+        return {name: jobs[name].result() for name in names}
     finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.terminate()
-        bar.close()
-    return {n: results[n] for n in names}
+        if not finished:
+            # Workers that never reported (stuck starting) are ended too: Python 3.11's executor has no
+            # public way to end its workers (terminate_workers() comes in 3.14), so read its pid table.
+            _stop(pids | set(getattr(pool, "_processes", None) or ()))
+        pool.shutdown(wait=finished, cancel_futures=True)
+        channel.close()
+        channel.cancel_join_thread()
+
+
+def _raise_failures(jobs, heard):
+    """Raise for the first model whose job failed, naming it (or, if a worker died, the models it ran)."""
+    for name, job in jobs.items():
+        error = job.exception() if job.done() else None
+        if isinstance(error, BrokenProcessPool):
+            lost = [n for n in heard if jobs[n].done() and isinstance(jobs[n].exception(), BrokenProcessPool)] or [name]
+            raise RuntimeError(f"race: a worker died while training {', '.join(lost)}") from error
+        if error is not None:
+            raise RuntimeError(f"race: training {name} failed: {error!r}") from error

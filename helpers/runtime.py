@@ -5,11 +5,12 @@ import random
 import numpy as np
 import torch
 
+from helpers.checks import non_negative_int
+
 
 def seed(value: int = 0) -> torch.Generator:
     """Seed Python, NumPy and PyTorch; return a ``torch.Generator`` seeded with the same value."""
-    if not isinstance(value, int) or value < 0:
-        raise ValueError(f"seed must be a non-negative int, got {value!r}")
+    value = non_negative_int(value, "seed")
     random.seed(value)
     np.random.seed(value)
     torch.manual_seed(value)

@@ -1,36 +1,53 @@
 """A small training loop with a progress bar on stderr (kept out of nbval's compared output)."""
 
+import math
 import sys
 
 import torch
 from tqdm import tqdm
 
+from helpers.checks import positive_float, positive_int
 
-def _step(model, opt, loss, clip):
-    """One optimizer step on ``loss``, with the gradient norm clipped at ``clip``; returns the loss."""
+
+def _check(steps, lr, clip):
+    """The arguments both loops share: ``steps`` a positive int, ``lr`` and ``clip`` (or None) positive."""
+    positive_int(steps, "steps")
+    positive_float(lr, "lr")
+    if clip is not None:
+        positive_float(clip, "clip")          # NaN would clip every gradient to NaN
+
+
+def _step(model, opt, loss, clip, step):
+    """One optimizer step on ``loss``, with the gradient norm clipped at ``clip``; returns the loss.
+
+    A NaN or infinite loss stops training before it reaches the weights.
+    """
+    value = loss.item()
+    if not math.isfinite(value):
+        raise FloatingPointError(f"the loss is {value} at step {step}; the weights are those before that step")
     opt.zero_grad()
     loss.backward()
     if clip is not None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     opt.step()
-    return loss.item()
+    return value
 
 
 def train(model, batch_fn, loss_fn, steps, lr=1e-3, clip=1.0, desc="training"):
     """Train ``model`` with Adam and gradient clipping; return the list of training losses.
 
-    ``batch_fn(step)`` returns the inputs of ``loss_fn(model, batch) -> scalar loss``.
+    ``batch_fn(step)`` returns the inputs of ``loss_fn(model, batch) -> scalar loss``. The model is
+    left in eval mode, also when a step fails; a non-finite loss raises ``FloatingPointError``.
     """
-    if steps < 1:
-        raise ValueError(f"steps must be positive, got {steps}")
-    if lr <= 0 or (clip is not None and clip <= 0):
-        raise ValueError(f"lr and clip must be positive, got lr={lr}, clip={clip}")
+    _check(steps, lr, clip)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     model.train()
-    for step in tqdm(range(steps), desc=desc, file=sys.stderr, mininterval=1.0, leave=False):
-        losses.append(_step(model, opt, loss_fn(model, batch_fn(step)), clip))
-    model.eval()
+    try:
+        for step in tqdm(range(steps), desc=desc, file=sys.stderr, mininterval=1.0, leave=False):
+            losses.append(_step(model, opt, loss_fn(model, batch_fn(step)), clip, step))
+    finally:
+        model.eval()
     return losses
 
 
@@ -40,12 +57,11 @@ def train_and_evaluate(model, batch_fn, loss_fn, steps, evaluate, every=25, lr=1
     ``batch_fn(step)`` gives the inputs of ``loss_fn(model, batch) -> scalar loss``;
     ``evaluate(model) -> float`` is called (under ``torch.no_grad`` and in eval mode) before the
     first step and after every ``every``-th step, and always after the last. ``on_step(step)`` is
-    called after each step (for progress reporting). Returns ``(eval_steps, eval_values)``.
+    called after each step (for progress reporting). Returns ``(eval_steps, eval_values)``. The model
+    is left in eval mode, also when a step fails; a non-finite loss raises ``FloatingPointError``.
     """
-    if steps < 1 or every < 1:
-        raise ValueError(f"steps and every must be positive, got steps={steps}, every={every}")
-    if lr <= 0 or (clip is not None and clip <= 0):
-        raise ValueError(f"lr and clip must be positive, got lr={lr}, clip={clip}")
+    _check(steps, lr, clip)
+    positive_int(every, "every")
     opt = torch.optim.Adam(model.parameters(), lr=lr)
 
     def record(step):
@@ -57,12 +73,14 @@ def train_and_evaluate(model, batch_fn, loss_fn, steps, evaluate, every=25, lr=1
 
     history = ([], [])
     model.train()
-    record(0)
-    for step in range(1, steps + 1):
-        _step(model, opt, loss_fn(model, batch_fn(step)), clip)
-        if step % every == 0 or step == steps:
-            record(step)
-        if on_step is not None:
-            on_step(step)
-    model.eval()
+    try:
+        record(0)
+        for step in range(1, steps + 1):
+            _step(model, opt, loss_fn(model, batch_fn(step)), clip, step)
+            if step % every == 0 or step == steps:
+                record(step)
+            if on_step is not None:
+                on_step(step)
+    finally:
+        model.eval()
     return history

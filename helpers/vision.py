@@ -9,6 +9,8 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
+from helpers.checks import integer, positive_int, tensor
+
 
 def sample_image(size=224, top=0):
     """Grace Hopper's portrait as a float tensor ``(3, size, size)`` with values in ``[0, 1]``.
@@ -16,8 +18,7 @@ def sample_image(size=224, top=0):
     The 600 x 512 photograph is cropped to its 512 x 512 square starting at row ``top`` (the face is
     near the top) and resized with antialiasing to ``size x size``; its values are multiples of 1/255.
     """
-    if not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a positive int, got {size!r}")
+    size, top = positive_int(size, "size"), integer(top, "top")
     with cbook.get_sample_data("grace_hopper.jpg") as f:
         img = torch.from_numpy(plt.imread(f).copy())               # (600, 512, 3) uint8
     H, W, _ = img.shape
@@ -32,10 +33,11 @@ def sample_image(size=224, top=0):
 
 def patches(img, P):
     """Cut ``img (C, H, W)`` into non-overlapping ``P x P`` patches in raster order: ``(H/P * W/P, C, P, P)``."""
-    if img.dim() != 3:
+    P = positive_int(P, "P")
+    if tensor(img, "img").dim() != 3:
         raise ValueError(f"img must be (C, H, W), got shape {tuple(img.shape)}")
     C, H, W = img.shape
-    if P < 1 or H % P or W % P:
+    if H % P or W % P:
         raise ValueError(f"patch size {P} must divide the image's height {H} and width {W}")
     grid = img.unfold(1, P, P).unfold(2, P, P)                     # (C, H/P, W/P, P, P)
     return grid.permute(1, 2, 0, 3, 4).reshape(-1, C, P, P)
@@ -47,10 +49,11 @@ def window_partition(x, w):
     Windows are in raster order within each image, and tokens in raster order within each window, as in
     the Swin transformer. ``window_merge`` undoes it.
     """
-    if x.dim() != 4:
+    w = positive_int(w, "w")
+    if tensor(x, "x").dim() != 4:
         raise ValueError(f"x must be (B, H, W, C), got shape {tuple(x.shape)}")
     B, H, W, C = x.shape
-    if w < 1 or H % w or W % w:
+    if H % w or W % w:
         raise ValueError(f"window size {w} must divide the grid's height {H} and width {W}")
     x = x.view(B, H // w, w, W // w, w, C).transpose(2, 3)         # (B, H/w, W/w, w, w, C)
     return x.reshape(-1, w * w, C)
@@ -58,9 +61,10 @@ def window_partition(x, w):
 
 def window_merge(windows, w, H, W):
     """Inverse of ``window_partition``: ``(B * H/w * W/w, w * w, C) -> (B, H, W, C)``."""
-    if windows.dim() != 3 or windows.shape[1] != w * w:
+    w, H, W = positive_int(w, "w"), positive_int(H, "H"), positive_int(W, "W")
+    if tensor(windows, "windows").dim() != 3 or windows.shape[1] != w * w:
         raise ValueError(f"windows must be (n, {w * w}, C), got shape {tuple(windows.shape)}")
-    if w < 1 or H % w or W % w or windows.shape[0] % ((H // w) * (W // w)):
+    if H % w or W % w or windows.shape[0] % ((H // w) * (W // w)):
         raise ValueError(f"{windows.shape[0]} windows of size {w} do not tile a {H} x {W} grid")
     C = windows.shape[-1]
     x = windows.view(-1, H // w, W // w, w, w, C).transpose(2, 3)  # (B, H/w, w, W/w, w, C)
@@ -74,7 +78,8 @@ def window_ids(H, W, w, shift=0):
     borders move by ``s`` positions down and right, as in Swin's shifted layers: the windows that stick
     out of the grid are cut off, so there are ``(H/w + 1) x (W/w + 1)`` of them, some smaller.
     """
-    if w < 1 or H % w or W % w:
+    H, W, w, shift = positive_int(H, "H"), positive_int(W, "W"), positive_int(w, "w"), integer(shift, "shift")
+    if H % w or W % w:
         raise ValueError(f"window size {w} must divide the grid's height {H} and width {W}")
     if not 0 <= shift < w:
         raise ValueError(f"shift must lie in 0..{w - 1}, got {shift}")
@@ -89,7 +94,7 @@ def window_borders(ids):
     Cell ``(i, j)`` covers ``[j, j + 1] x [i, i + 1]`` (x to the right, y down, as ``imshow`` draws it);
     the outer frame is included, so each window is drawn as a closed outline.
     """
-    if ids.dim() != 2:
+    if tensor(ids, "ids").dim() != 2:
         raise ValueError(f"ids must be an (H, W) map, got shape {tuple(ids.shape)}")
     H, W = ids.shape
     padded = torch.full((H + 2, W + 2), -1, dtype=torch.long)

@@ -63,15 +63,22 @@ def execute(path, threads=None, offline=False, timeout=600, variables=None):
     kernel's environment: ``{"ATEN_CPU_CAPABILITY": "default"}`` simulates a CPU without AVX.
     """
     env = dict(os.environ) | dict(variables or {})
-    # Figures go to a scratch folder: a re-execution must not rewrite the committed ones.
-    env.setdefault("BOOK_FIGURES", tempfile.mkdtemp(prefix="book-figures-"))
+    # Figures go to a scratch folder: a re-execution must not rewrite the committed ones. It is made
+    # only when BOOK_FIGURES names none, and removed afterwards.
+    scratch = None if env.get("BOOK_FIGURES") else tempfile.mkdtemp(prefix="book-figures-")
+    if scratch:
+        env["BOOK_FIGURES"] = scratch
     if threads is not None:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     command = [sys.executable, __file__, str(path), str(threads or 0), str(timeout)]
     if offline:
         prefix = offline_prefix()
         command = [*prefix, *command] if prefix else [*command, "guard"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout + 60)
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout + 60)
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     if done.returncode != 0:
         raise RuntimeError(f"executing {Path(path).name} failed:\n{done.stderr[-4000:]}")
     report = json.loads(done.stdout.splitlines()[-1])

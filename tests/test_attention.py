@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,21 @@ def test_padding_zeroes_weights():
     assert (w[0, :, 2:] == 0).all()
 
 
+def test_padding_mask_accepts_numpy_lengths():
+    assert torch.equal(padding_mask(np.array([2, 4]), np.int64(4)), padding_mask([2, 4], 4))
+
+
+def test_fully_masked_query_gets_zeros_like_sdpa():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 8, generator=g) for _ in range(3))
+    mask = torch.zeros(2, 4, 4, dtype=torch.bool)
+    mask[1, 2] = True                                      # query 2 of the second sequence sees nothing
+    out, w = attention(q, k, v, mask)
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=~mask), atol=1e-6)
+    assert (out[1, 2] == 0).all() and (w[1, 2] == 0).all()
+    assert torch.allclose(w.sum(-1)[0], torch.ones(4))    # every other row still sums to one
+
+
 def test_softmax_jacobian_matches_autograd():
     s = torch.randn(5, dtype=torch.float64)
     J = torch.autograd.functional.jacobian(lambda z: torch.softmax(z, -1), s)
@@ -55,14 +71,19 @@ def test_softmax_jacobian_matches_autograd():
     [
         (lambda: attention(torch.randn(3, 4), torch.randn(3, 5), torch.randn(3, 4)), "differ in width"),
         (lambda: attention(torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4)), "differ in number"),
-        (lambda: attention(torch.randn(4), torch.randn(3, 4), torch.randn(3, 4)), "at least two"),
+        (lambda: attention(torch.randn(4), torch.randn(3, 4), torch.randn(3, 4)), "q needs at least 2 dimensions"),
+        (lambda: attention([[1.0]], torch.randn(3, 1), torch.randn(3, 1)), "q must be a torch.Tensor, got list"),
+        (lambda: attention(torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4), [[True]]), "mask must be a torch.Tensor"),
         (lambda: attention(torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4), torch.ones(2, 2).bool()),
          "does not fit"),
         (lambda: check_mask(torch.zeros(3, 3), (3, 3)), "boolean"),
-        (lambda: causal_mask(0), "positive"),
+        (lambda: causal_mask(0), "T must be a positive int, got 0"),
+        (lambda: causal_mask(True), "T must be a positive int, got True"),
         (lambda: padding_mask([0, 2], 4), "1..4"),
+        (lambda: padding_mask([2.5, 3.0], 4), "lengths must be integers"),
+        (lambda: padding_mask([2, 3], 4.5), "T must be a positive int, got 4.5"),
         (lambda: padding_mask([[1]], 4), "one-dimensional"),
-        (lambda: softmax_jacobian(torch.tensor(1.0)), "at least one"),
+        (lambda: softmax_jacobian(torch.tensor(1.0)), "p needs at least 1 dimensions"),
     ],
 )
 def test_bad_arguments_raise(call, message):

@@ -22,7 +22,10 @@ def test_adding_problem_batch_is_reproducible_and_has_the_plateau_at_one_sixth()
     assert abs(((y - 1) ** 2).mean().item() - 1 / 6) < 0.01      # predicting the mean costs 1/6
 
 
-@pytest.mark.parametrize(("batch", "length"), [(0, 10), (4, 1), (4, 7)])
-def test_adding_problem_batch_rejects_bad_sizes(batch, length):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("batch", "length", "message"),
+    [(0, 10, "batch must be a positive int"), (4, 1, "even"), (4, 7, "even"), (4, 10.0, "length must be a positive int")],
+)
+def test_adding_problem_batch_rejects_bad_sizes(batch, length, message):
+    with pytest.raises(ValueError, match=message):
         adding_problem_batch(batch, length, torch.Generator())

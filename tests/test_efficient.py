@@ -3,17 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.attention import attention, causal_mask, padding_mask
-from helpers.efficient import (
-    CachedDecoder,
-    CachedSelfAttention,
-    benchmark,
-    generate,
-    growth_exponent,
-    naive_attention,
-    peak_memory,
-    seconds,
-    tiled_attention,
-)
+from helpers.efficient import CachedDecoder, CachedSelfAttention, generate, naive_attention, tiled_attention
 
 
 def qkv(*shape, seed=0, n=None):
@@ -50,12 +40,17 @@ def test_tiled_causal_with_fewer_keys_than_queries():
     assert torch.allclose(tiled_attention(q, k, v, 2, is_causal=True), full)
 
 
-def test_tiled_fully_masked_row_is_nan_like_softmax():
+def test_fully_masked_rows_and_no_keys_give_zeros_like_sdpa():
     q, k, v = qkv(6, 4, seed=4)
     mask = torch.zeros(6, 6, dtype=torch.bool)
     mask[2] = True
-    out = tiled_attention(q, k, v, 4, mask=mask)
-    assert out[2].isnan().all() and not out[[0, 1, 3, 4, 5]].isnan().any()
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=~mask)
+    for out in (tiled_attention(q, k, v, 4, mask=mask), attention(q, k, v, mask)[0]):
+        assert torch.allclose(out, sdpa) and (out[2] == 0).all() and not out.isnan().any()
+    assert (attention(q, k, v, mask)[1][2] == 0).all()
+    none = torch.zeros(0, 4, dtype=torch.float64)
+    assert torch.equal(tiled_attention(q, none, none, 3), torch.zeros(6, 4, dtype=torch.float64))
+    assert torch.equal(attention(q, none, none)[0], torch.zeros(6, 4, dtype=torch.float64))
 
 
 def test_tiled_accepts_float32_and_broadcasts_heads():
@@ -74,9 +69,14 @@ def test_tiled_accepts_float32_and_broadcasts_heads():
         (lambda q, k, v: tiled_attention(q, k, v, 2.5), "positive int"),
         (lambda q, k, v: tiled_attention(q, k[..., :3], v, 2), "differ in width"),
         (lambda q, k, v: tiled_attention(q, k, v[:-1], 2), "differ in number"),
-        (lambda q, k, v: tiled_attention(q[0], k, v, 2), "at least two"),
+        (lambda q, k, v: tiled_attention(q[0], k, v, 2), "q needs at least 2 dimensions"),
         (lambda q, k, v: tiled_attention(q, k, v, 2, mask=torch.ones(3, 3, dtype=torch.bool)), "does not fit"),
         (lambda q, k, v: tiled_attention(q, k, v, 2, mask=torch.ones(6, 6)), "boolean"),
+        (lambda q, k, v: tiled_attention(q, k, v, True), "positive int"),
+        (lambda q, k, v: tiled_attention(q, k, v, 2, is_causal="no"), "is_causal must be True or False"),
+        (lambda q, k, v: tiled_attention(q.tolist(), k, v, 2), "q must be a torch.Tensor, got list"),
+        (lambda q, k, v: naive_attention(q[0], k, v), "q needs at least 2 dimensions"),
+        (lambda q, k, v: naive_attention(q, k, v.tolist()), "v must be a torch.Tensor"),
     ],
 )
 def test_tiled_rejects_bad_arguments(call, message):
@@ -88,52 +88,6 @@ def test_tiled_rejects_bad_arguments(call, message):
 def test_naive_attention_matches_pytorch():
     q, k, v = qkv(3, 20, 8, seed=6)
     assert torch.allclose(naive_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
-
-
-def test_peak_memory_sees_a_temporary():
-    def f():
-        big = torch.ones(1_000_000)                         # 4 MB, freed before f returns
-        return big.sum()
-
-    assert 4_000_000 <= peak_memory(f) < 4_100_000
-
-
-def test_peak_memory_grows_quadratically_for_naive_and_linearly_for_tiled():
-    def measure(fn, T):
-        q, k, v = torch.randn(3, 1, T, 16).unbind(0)
-        return peak_memory(lambda: fn(q, k, v))
-
-    Ts = [256, 512, 1024]
-    naive = [measure(naive_attention, T) for T in Ts]
-    tiled = [measure(lambda q, k, v: tiled_attention(q, k, v, 64), T) for T in Ts]
-    assert growth_exponent(Ts, naive) == pytest.approx(2, abs=0.15)
-    assert growth_exponent(Ts, tiled) == pytest.approx(1, abs=0.15)
-
-
-def test_peak_memory_rejects_other_devices():
-    with pytest.raises(ValueError, match="CPU or CUDA"):
-        peak_memory(lambda: None, "meta")
-
-
-def test_seconds_and_benchmark():
-    assert seconds(lambda: sum(range(1000)), repeats=2) > 0
-    with pytest.raises(ValueError, match="repeats"):
-        seconds(lambda: None, repeats=0)
-    r = benchmark({"naive": naive_attention, "tiled": lambda q, k, v: tiled_attention(q, k, v, 8)}, [16, 32], d=8, repeats=1)
-    assert set(r) == {"naive", "tiled"} and r["naive"]["T"] == [16, 32]
-    assert all(s > 0 for s in r["tiled"]["seconds"]) and all(b > 0 for b in r["naive"]["bytes"])
-    with pytest.raises(ValueError, match="lengths"):
-        benchmark({"naive": naive_attention}, [0])
-    with pytest.raises(ValueError, match="method"):
-        benchmark({}, [16])
-
-
-def test_growth_exponent():
-    assert growth_exponent([1, 2, 4], [3, 12, 48]) == pytest.approx(2)
-    with pytest.raises(ValueError, match="positive"):
-        growth_exponent([1, 2], [0, 1])
-    with pytest.raises(ValueError, match="equal length"):
-        growth_exponent([1, 2, 3], [1, 2])
 
 
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])
@@ -181,10 +135,16 @@ def test_generate_with_and_without_cache_agree():
         (lambda: CachedSelfAttention(30, 4, 2), "heads"),
         (lambda: CachedSelfAttention(32, 4, 3), "kv_heads"),
         (lambda: CachedSelfAttention(12, 4, 2), "even"),
+        (lambda: CachedSelfAttention(32, 0, 1), "heads must be a positive int, got 0"),
+        (lambda: CachedSelfAttention(32, 4, True), "kv_heads must be a positive int, got True"),
+        (lambda: CachedSelfAttention(32, 4, 2)(torch.randn(1, 1, 32), (torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 2, 8))),
+         "caches differ"),
+        (lambda: CachedDecoder(10)([[1, 2]]), "tokens must be a torch.Tensor"),
+        (lambda: generate(CachedDecoder(10), torch.zeros(1, 2, dtype=torch.long), 2.5), "steps must be a non-negative int"),
         (lambda: CachedDecoder(1), "vocab"),
         (lambda: CachedDecoder(10)(torch.zeros(3, dtype=torch.long)), "batch, length"),
         (lambda: generate(CachedDecoder(10), torch.zeros(1, 0, dtype=torch.long), 3), "prompt"),
-        (lambda: generate(CachedDecoder(10), torch.zeros(1, 2, dtype=torch.long), -1), "steps"),
+        (lambda: generate(CachedDecoder(10), torch.zeros(1, 2, dtype=torch.long), -1), "steps must be a non-negative int"),
     ],
 )
 def test_decoder_rejects_bad_arguments(call, message):

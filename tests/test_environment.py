@@ -23,8 +23,11 @@ def test_every_dependency_is_pinned_exactly():
     assert not loose, f"pin these with ==: {loose}"
 
 
-def test_torch_is_the_local_cpu_build():
+def test_torch_is_the_pinned_cpu_build():
+    import torch
+
     assert "torch==2.13.0" in PROJECT["dependencies"]
+    assert torch.__version__.split("+")[0] == "2.13.0" and torch.version.cuda is None
 
 
 def test_environment_yml_installs_the_project_and_pins_nothing_else():

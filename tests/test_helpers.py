@@ -6,7 +6,7 @@ import helpers
 from helpers import plotting
 from helpers.data import reversal_batch
 from helpers.models import AttentionSeq2Seq
-from helpers.train import train
+from helpers.train import train, train_and_evaluate
 
 
 def test_seed_reproduces():
@@ -18,12 +18,17 @@ def test_seed_reproduces():
 
 
 def test_seed_rejects_bad_values():
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="seed must be a non-negative int, got -1"):
         helpers.seed(-1)
+    with pytest.raises(ValueError, match="seed must be a non-negative int, got True"):
+        helpers.seed(True)
 
 
-def test_device_is_usable():
-    assert torch.zeros(1, device=helpers.device()).device.type in ("cpu", "cuda")
+def test_device_is_cuda_exactly_when_available(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert helpers.device() == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert helpers.device() == torch.device("cuda")
 
 
 def test_save_figure_writes_svg_and_png(tmp_path, monkeypatch):
@@ -79,6 +84,61 @@ def test_outside_a_checkout_figures_are_shown_not_written(tmp_path, monkeypatch)
 def test_figures_dir_can_be_redirected(tmp_path, monkeypatch):
     monkeypatch.setenv("BOOK_FIGURES", str(tmp_path))
     assert plotting.figures_dir() == tmp_path
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("BOOK_FIGURES", "~/figs")
+    assert plotting.figures_dir() == tmp_path / "figs"
+
+
+def line_figure():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    return fig
+
+
+def test_save_figure_creates_missing_folders_and_takes_a_name_with_svg(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("BOOK_FIGURES", str(tmp_path / "a" / "b"))
+    fig = line_figure()
+    path = helpers.save_figure(fig, "x.svg")
+    plt.close(fig)
+    assert path == tmp_path / "a" / "b" / "x.svg"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["x.png", "x.svg"]      # no temporaries left
+
+
+def test_a_failed_save_leaves_the_old_pair_and_names_the_folder(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("BOOK_FIGURES", str(tmp_path))
+    fig = line_figure()
+    helpers.save_figure(fig, "pair")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def broken(self, fname, **kwargs):               # the PNG cannot be written (disk full, say)
+        if kwargs.get("format") == "png":
+            raise PermissionError(13, "Permission denied")
+        return savefig(self, fname, **kwargs)
+
+    savefig = type(fig).savefig
+    monkeypatch.setattr(type(fig), "savefig", broken)
+    fig.axes[0].plot([0, 1], [0, 1])
+    with pytest.raises(OSError, match=f"cannot write figure 'pair' to {tmp_path} \\(from BOOK_FIGURES\\)"):
+        helpers.save_figure(fig, "pair")
+    plt.close(fig)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before        # the old pair, whole
+
+
+def test_save_figure_into_a_read_only_folder_names_it(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("BOOK_FIGURES", str(tmp_path / "file"))
+    (tmp_path / "file").write_text("not a folder")
+    fig = line_figure()
+    with pytest.raises(OSError, match="cannot write figure 'x' to .*file \\(from BOOK_FIGURES\\)"):
+        helpers.save_figure(fig, "x")
+    plt.close(fig)
 
 
 @pytest.mark.parametrize("name", ["", "Bad Name", "-x", "a/b"])
@@ -96,7 +156,7 @@ def test_reversal_batch():
     source, target = reversal_batch(5, 6, torch.Generator().manual_seed(0))
     assert source.shape == target.shape == (5, 6)
     assert torch.equal(target, source.flip(1))
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="batch must be a positive int, got 0"):
         reversal_batch(0, 6, torch.Generator())
 
 
@@ -116,6 +176,11 @@ def test_seq2seq_shapes_and_greedy_decoding():
     assert model(source)[0].shape == (3, 5, 10)
     with pytest.raises(ValueError, match="batch, length"):
         model(source[0])
+    assert model(source, steps=2)[0].shape == (3, 2, 10)
+    with pytest.raises(ValueError, match="steps must be a positive int, got 0"):
+        model(source, steps=0)
+    with pytest.raises(ValueError, match="source must be a torch.Tensor"):
+        model(source.tolist())
 
 
 def test_train_reduces_the_loss():
@@ -129,5 +194,36 @@ def test_train_reduces_the_loss():
 
     losses = train(model, lambda step: (x, y), loss_fn, steps=200, lr=0.05)
     assert len(losses) == 200 and losses[-1] < 0.01 * losses[0]
-    with pytest.raises(ValueError, match="steps"):
+    with pytest.raises(ValueError, match="steps must be a positive int, got 0"):
         train(model, lambda step: (x, y), loss_fn, steps=0)
+    with pytest.raises(ValueError, match="clip must be a positive finite number, got nan"):
+        train(model, lambda step: (x, y), loss_fn, steps=1, clip=float("nan"))
+
+
+def test_train_stops_at_the_first_non_finite_loss():
+    model = nn.Linear(1, 1)
+    losses = iter([1.0, float("nan"), 1.0])
+    weights = []
+
+    def loss_fn(m, batch):
+        weights.append(m.weight.detach().clone())
+        return m(torch.ones(1, 1)).sum() * 0 + next(losses)
+
+    with pytest.raises(FloatingPointError, match="the loss is nan at step 1"):
+        train(model, lambda step: None, loss_fn, steps=3)
+    assert torch.equal(model.weight.detach(), weights[1])      # the NaN step changed nothing
+
+
+def test_train_leaves_eval_mode_even_when_the_loss_raises():
+    model = nn.Linear(1, 1)
+
+    def loss_fn(m, batch):
+        assert m.training
+        raise KeyError("bad batch")
+
+    with pytest.raises(KeyError, match="bad batch"):
+        train(model, lambda step: None, loss_fn, steps=2)
+    assert not model.training
+    with pytest.raises(KeyError, match="bad batch"):
+        train_and_evaluate(model, lambda step: None, loss_fn, steps=2, evaluate=lambda m: 0.0)
+    assert not model.training

@@ -9,10 +9,15 @@ def size(model):
     return sum(p.numel() for p in model.parameters())
 
 
-def test_parameter_counts_of_the_race():
-    assert size(AddingTransformer(features=2, length=100, d=64, heads=4)) == 56_897
-    assert size(RecurrentRegressor("gru", features=2, hidden=64)) == 13_121
-    assert size(RecurrentRegressor("rnn", features=2, hidden=64)) == 4_417
+def test_parameter_counts_follow_the_formulas():
+    f, T, d, h = 2, 100, 64, 64
+    embed, readout, pos, norm = f * d + d, d, (T + 1) * d, 2 * d
+    attn, mlp, out = 4 * d * d + 4 * d, d * 4 * d + 4 * d + 4 * d * d + d, d + 1
+    assert size(AddingTransformer(features=f, length=T, d=d, heads=4)) == embed + readout + pos + 3 * norm + attn + mlp + out
+    # A GRU has three gates, a vanilla RNN one; each gate has input and hidden weights and two biases.
+    gate = f * h + h * h + 2 * h
+    assert size(RecurrentRegressor("gru", features=f, hidden=h)) == 3 * gate + h + 1
+    assert size(RecurrentRegressor("rnn", features=f, hidden=h)) == gate + h + 1
 
 
 def test_adding_transformer_shapes_and_weights():
@@ -51,7 +56,9 @@ def test_models_reject_bad_arguments():
         AddingTransformer(d=10, heads=4)
     with pytest.raises(ValueError, match="batch, 100, 2"):
         AddingTransformer()(torch.rand(2, 50, 2))
-    with pytest.raises(ValueError, match="cell"):
+    with pytest.raises(ValueError, match=r"cell must be one of \['gru', 'rnn'\], got 'lstm'"):
         RecurrentRegressor("lstm")
+    with pytest.raises(ValueError, match="heads must be a positive int, got 0"):
+        AddingTransformer(heads=0)
     with pytest.raises(ValueError, match="batch, length, 2"):
         RecurrentRegressor()(torch.rand(2, 5, 3))

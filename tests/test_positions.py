@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -31,15 +32,25 @@ def test_rope_batches_and_offsets():
     ("call", "message"),
     [
         (lambda: sinusoidal(4, 5), "even"),
-        (lambda: sinusoidal(0, 4), "positive int"),
+        (lambda: sinusoidal(0, 4), "T must be a positive int, got 0"),
         (lambda: rope(torch.randn(3, 5)), "even"),
         (lambda: rope(torch.randn(4)), r"\(\.\.\., T, d\)"),
         (lambda: frequencies(4, base=1.0), "greater than 1"),
+        (lambda: frequencies(4, base=float("nan")), "base must be a finite number"),
+        (lambda: sinusoidal(4.0, 4), "T must be a positive int, got 4.0"),
+        (lambda: rope([[1.0, 2.0]]), "x must be a torch.Tensor"),
+        (lambda: rope(torch.randn(3, 4), offset=1.5), "offset must be an int"),
     ],
 )
 def test_bad_arguments_raise(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_rope_accepts_negative_offsets_and_numpy_ints():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    assert torch.equal(rope(x, offset=-2)[2], x[2])                  # row 2 sits at position 0: no rotation
+    assert torch.equal(rope(x, offset=np.int64(4)), rope(x, offset=4))
 
 
 def test_t5_buckets_by_hand():
@@ -75,12 +86,15 @@ def test_alibi_bias():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: t5_bucket(torch.tensor([0.5])), "integers"),
+        (lambda: t5_bucket(torch.tensor([0.5])), "offsets must be integers"),
         (lambda: t5_bucket(torch.tensor([1]), buckets=2), "even number"),
         (lambda: t5_bucket(torch.tensor([1]), buckets=33), "even number"),
-        (lambda: t5_bucket(torch.tensor([1]), max_distance=8), "max_distance"),
-        (lambda: alibi_slopes(0), "positive int"),
-        (lambda: alibi_bias(0, 4), "positive int"),
+        (lambda: t5_bucket(torch.tensor([1]), max_distance=8), "max_distance must exceed"),
+        (lambda: t5_bucket(torch.tensor([1]), max_distance=float("nan")), "max_distance must be a positive int, got nan"),
+        (lambda: t5_bucket(torch.tensor([1]), buckets=32.0), "buckets must be a positive int"),
+        (lambda: t5_bucket(torch.tensor([1]), bidirectional="no"), "bidirectional must be True or False"),
+        (lambda: alibi_slopes(0), "heads must be a positive int, got 0"),
+        (lambda: alibi_bias(0, 4), "T must be a positive int, got 0"),
     ],
 )
 def test_bad_relative_arguments_raise(call, message):

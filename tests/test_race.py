@@ -1,31 +1,36 @@
+import multiprocessing as mp
+import os
+import time
+
 import pytest
 import torch
 
-from helpers.race import MODELS, Result, Setup, lanes, race, run_one
+from helpers.race import MODELS, SLOWEST_FIRST, Result, Setup, race, run_one
 from helpers.race import test_set as held_out
 from helpers.train import train_and_evaluate
 
 SMALL = Setup(steps=4, every=2, test_size=8, batch=4)
 
 
-def test_lanes_put_the_slowest_alone():
-    assert lanes(["transformer", "GRU", "RNN"], 2) == [["GRU"], ["transformer", "RNN"]]
-    assert sorted(map(len, lanes(list(MODELS), 8))) == [1, 1, 1]
-    with pytest.raises(ValueError):
-        lanes(["GRU"], 0)
+def test_every_model_has_a_place_in_the_submission_order():
+    assert sorted(SLOWEST_FIRST) == sorted(MODELS)
 
 
 def test_setup_rejects_bad_values():
     with pytest.raises(ValueError, match="steps"):
         Setup(steps=0)
-    with pytest.raises(ValueError, match="lr"):
+    with pytest.raises(ValueError, match="lr must be a positive finite number, got 0"):
         Setup(lr=0)
+    with pytest.raises(ValueError, match="clip must be a positive finite number, got nan"):
+        Setup(clip=float("nan"))
+    with pytest.raises(ValueError, match="batch must be a positive int, got 4.5"):
+        Setup(batch=4.5)
 
 
 def test_run_one_is_reproducible_and_records_evaluations():
     a, b = run_one("RNN", SMALL), run_one("RNN", SMALL)
     assert a.steps == [0, 2, 4] and a.test_mse == b.test_mse
-    assert a.params == 4_417
+    assert a.params == sum(p.numel() for p in MODELS["RNN"]().parameters())
     x, _ = held_out(SMALL)
     assert torch.equal(a.model()(x), b.model()(x))
 
@@ -44,6 +49,55 @@ def test_race_in_processes_matches_the_race_in_this_process():
         assert here[name].test_mse == pytest.approx(there[name].test_mse, rel=1e-5)
 
 
+def hang(name, setup, on_step):
+    """A lane that never finishes (module level: the workers import it by name)."""
+    if name == "RNN":
+        time.sleep(3600)
+    return run_one(name, setup, on_step)
+
+
+def fail(name, setup, on_step):
+    raise ArithmeticError(f"no {name} today")
+
+
+def die(name, setup, on_step):
+    os._exit(3)
+
+
+def test_watchdog_stops_a_hung_lane_and_names_it():
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="no progress from RNN for 2 s"):
+        race(("RNN",), SMALL, workers=1, progress=False, stall=2, run=hang)
+    assert time.monotonic() - start < 60
+    for _ in range(50):                                    # the hung worker was ended, not left asleep
+        if not mp.active_children():
+            break
+        time.sleep(0.1)
+    assert not mp.active_children()
+
+
+def test_deadline_names_the_lanes_still_running():
+    with pytest.raises(TimeoutError, match=r"RNN still running after the 1 s deadline"):
+        race(("RNN",), SMALL, workers=1, progress=False, deadline=1, run=hang)
+
+
+def test_a_failing_or_dying_lane_is_named():
+    with pytest.raises(RuntimeError, match="training GRU failed: ArithmeticError") as failure:
+        race(("GRU",), SMALL, workers=1, progress=False, run=fail)
+    assert isinstance(failure.value.__cause__, ArithmeticError)
+    with pytest.raises(RuntimeError, match="a worker died while training GRU"):
+        race(("GRU",), SMALL, workers=1, progress=False, run=die)
+
+
+def test_race_rejects_duplicate_names_and_bad_limits():
+    with pytest.raises(ValueError, match="names must be distinct"):
+        race(("RNN", "RNN"), SMALL)
+    with pytest.raises(ValueError, match="stall must be a positive finite number"):
+        race(("RNN",), SMALL, stall=0)
+    with pytest.raises(ValueError, match="workers must be a non-negative int"):
+        race(("RNN",), SMALL, workers=-1)
+
+
 def test_race_rejects_unknown_models():
     with pytest.raises(ValueError, match="names"):
         race(("LSTM",), SMALL)
@@ -58,5 +112,5 @@ def test_train_and_evaluate_schedule_and_arguments():
         model, lambda s: torch.zeros(3, 2), lambda m, b: m(b).pow(2).mean(), steps=5,
         evaluate=lambda m: 1.0, every=2, on_step=calls.append)
     assert steps == [0, 2, 4, 5] and values == [1.0] * 4 and calls == [1, 2, 3, 4, 5]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="steps must be a positive int, got 0"):
         train_and_evaluate(model, None, None, steps=0, evaluate=None)

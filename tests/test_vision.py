@@ -48,6 +48,10 @@ def test_window_ids_regular_and_shifted():
         (lambda: window_partition(torch.randn(6, 6, 2), 3), r"\(B, H, W, C\)"),
         (lambda: window_merge(torch.randn(4, 9, 2), 3, 6, 9), "do not tile"),
         (lambda: window_ids(8, 8, 4, shift=4), "shift must lie"),
+        (lambda: patches(torch.randn(3, 8, 8), 4.0), "P must be a positive int, got 4.0"),
+        (lambda: patches([[[0.0]]], 1), "img must be a torch.Tensor"),
+        (lambda: window_partition(torch.randn(1, 6, 6, 2), True), "w must be a positive int, got True"),
+        (lambda: window_ids(8, 8, 4, shift=0.5), "shift must be an int"),
     ],
 )
 def test_bad_arguments_raise(call, message):

@@ -1,0 +1,78 @@
+"""Argument checks shared by the helpers: each is one line at the call site and says the same thing
+for the same mistake everywhere.
+
+Every check raises ``ValueError`` naming the argument, what it must be and what it got, and returns
+the value (converted where that is safe: a NumPy integer becomes an ``int``), so that a call reads
+``T = positive_int(T, "T")``.
+"""
+
+import math
+import numbers
+
+import torch
+
+
+def integer(value, name):
+    """An ``int`` (or a NumPy integer), never a bool or a float, even a whole one: ``4.0`` hides a bug."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    return int(value)
+
+
+def positive_int(value, name):
+    """An integer ``>= 1``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def non_negative_int(value, name):
+    """An integer ``>= 0``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return int(value)
+
+
+def finite_float(value, name):
+    """A real number that is neither NaN nor infinite (a bool is refused), as a ``float``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def positive_float(value, name):
+    """A finite real number ``> 0``, as a ``float``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def flag(value, name):
+    """A real ``bool`` (``"no"`` is truthy: accepting it would silently mean True)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def tensor(value, name, min_dim=0):
+    """A ``torch.Tensor`` with at least ``min_dim`` dimensions (a list or array is refused, not converted)."""
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if value.dim() < min_dim:
+        raise ValueError(f"{name} needs at least {min_dim} dimensions, got shape {tuple(value.shape)}")
+    return value
+
+
+def integers(value, name):
+    """A tensor of integers, from a tensor, list or array of integers; floats are refused, even whole ones."""
+    value = torch.as_tensor(value)
+    if value.dtype == torch.bool or value.is_floating_point() or value.is_complex():
+        raise ValueError(f"{name} must be integers, got dtype {value.dtype}")
+    return value
+
+
+def one_of(value, name, choices):
+    """One of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value
