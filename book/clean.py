@@ -4,7 +4,8 @@
 - each cell's execution timestamps (`metadata.execution`, written by nbclient),
 - stderr streams: progress-bar frames and warnings, never compared by nbval (see conftest.py) and
   noise in the stored file (tqdm still draws its bars while a notebook runs),
-- the Python patch version in the notebook's metadata, which differs from one reader to the next.
+- the Python patch version in the notebook's metadata, which differs from one reader to the next;
+and it joins consecutive pieces of one stream, which the kernel splits wherever its buffer was flushed.
 
 Usage: python book/clean.py NOTEBOOK.ipynb [...]
 """
@@ -20,7 +21,15 @@ def clean(nb):
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
-            cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and o.name == "stderr")]
+            outputs = []
+            for o in cell.outputs:
+                if o.output_type == "stream" and o.name == "stderr":
+                    continue
+                if o.output_type == "stream" and outputs and outputs[-1].output_type == "stream" and outputs[-1].name == o.name:
+                    outputs[-1].text += o.text
+                else:
+                    outputs.append(o)
+            cell.outputs = outputs
     return nb
 
 

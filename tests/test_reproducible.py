@@ -123,15 +123,16 @@ def test_stored_notebook_is_clean(md):
     assert clean.is_clean(nb)
 
 
-def test_clean_strips_timestamps_progress_bars_and_the_patch_version():
+def test_clean_strips_timestamps_progress_bars_and_the_patch_version_and_joins_streams():
     cell = nbformat.v4.new_code_cell("print(1)", metadata={"execution": {"iopub.status.idle": "2026-11-30T10:00:00Z"}})
-    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text="race:  40%|####      | 1/3\r"),
-                    nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n"),
+                    nbformat.v4.new_output("stream", name="stderr", text="race:  40%|####      | 1/3\r"),
+                    nbformat.v4.new_output("stream", name="stdout", text="2\n")]
     nb = nbformat.v4.new_notebook(cells=[cell], metadata={"language_info": {"name": "python", "version": "3.11.7"}})
     assert not clean.is_clean(nb)
     clean.clean(nb)
     assert clean.is_clean(nb)
-    assert cell.metadata == {} and [o.name for o in cell.outputs] == ["stdout"]
+    assert cell.metadata == {} and [(o.name, o.text) for o in cell.outputs] == [("stdout", "1\n2\n")]
     assert nb.metadata.language_info == {"name": "python"}
 
 
