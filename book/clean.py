@@ -4,7 +4,10 @@
 - each cell's execution timestamps (`metadata.execution`, written by nbclient),
 - stderr streams: progress-bar frames and warnings, never compared by nbval (see conftest.py) and
   noise in the stored file (tqdm still draws its bars while a notebook runs),
-- the Python patch version in the notebook's metadata, which differs from one reader to the next.
+- the Python patch version in the notebook's metadata, which differs from one reader to the next,
+- live widgets (helpers.controls): their views and saved state name model ids that change on every run
+  and mean nothing without the kernel that made them; the control's html rendering, stored beside
+  them in the same output, is what the site and a reader opening the stored notebook see.
 
 Usage: python book/clean.py NOTEBOOK.ipynb [...]
 """
@@ -13,14 +16,20 @@ import sys
 
 import nbformat
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
 
 def clean(nb):
     """Clean notebook ``nb`` in place; return it."""
     nb.metadata.get("language_info", {}).pop("version", None)
+    nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and o.name == "stderr")]
+            for o in cell.outputs:
+                if "data" in o and WIDGET_VIEW in o.data and len(o.data) > 1:
+                    del o.data[WIDGET_VIEW]
     return nb
 
 
