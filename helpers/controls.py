@@ -39,14 +39,20 @@ def label_of(value):
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def render(drawn, dpi=72, alt=""):
-    """One frame as html: a figure becomes an inline PNG (and is closed), text a <pre> block."""
+def render(drawn, dpi=72, alt="", fmt="png"):
+    """One frame as html: a figure becomes an inline image (and is closed), text a <pre> block.
+
+    ``fmt="jpeg"`` suits photographs, which PNG barely compresses.
+    """
+    if fmt not in ("png", "jpeg"):
+        raise ValueError(f"fmt must be png or jpeg, got {fmt!r}")
     if hasattr(drawn, "savefig"):
         buffer = io.BytesIO()
-        drawn.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})
+        options = {"metadata": {"Software": None}} if fmt == "png" else {"pil_kwargs": {"quality": 80}}
+        drawn.savefig(buffer, format=fmt, dpi=dpi, **options)
         plt.close(drawn)
         data = base64.b64encode(buffer.getvalue()).decode()
-        return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
+        return f'<img src="data:image/{fmt};base64,{data}" alt="{html.escape(alt)}">'
     return f"<pre>{html.escape(str(drawn))}</pre>"
 
 
@@ -71,11 +77,11 @@ def static_html(frames, labels, label, start=0, words=False):
 class Control:
     """A control over ``values``: ipywidgets in a live kernel, precomputed frames in html (see module)."""
 
-    def __init__(self, draw, values, label, start=None, dpi=72, alt=""):
+    def __init__(self, draw, values, label, start=None, dpi=72, alt="", fmt="png"):
         self.draw, self.values, self.label = draw, list(values), label
         self.labels = [label_of(v) for v in self.values]
         self.start = self.values.index(start) if start is not None else 0
-        self.frames = [render(draw(v), dpi, alt) for v in self.values]
+        self.frames = [render(draw(v), dpi, alt, fmt) for v in self.values]
         self.words = all(isinstance(v, str) for v in self.values)
         self.html = static_html(self.frames, self.labels, label, self.start, self.words)
         self.widget = None
@@ -119,11 +125,12 @@ class Control:
         return bundle
 
 
-def control(draw, values, label, start=None, dpi=72, alt=""):
+def control(draw, values, label, start=None, dpi=72, alt="", fmt="png"):
     """Show ``draw(value)`` under a control over ``values``, live in Jupyter and static on the site.
 
     ``draw(value)`` returns a matplotlib figure or text; it is called once per value now (the
     site's frames) and again whenever a reader moves the control in a live kernel. Keep ``values`` to
-    a handful (5 to 12): each becomes a frame stored in the notebook. ``alt`` describes the frames.
+    a handful (5 to 12): each becomes a frame stored in the notebook, a PNG at ``dpi`` (``fmt="jpeg"``
+    for photographs). ``alt`` describes the frames.
     """
-    return Control(draw, values, label, start, dpi, alt)
+    return Control(draw, values, label, start, dpi, alt, fmt)

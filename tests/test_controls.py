@@ -84,3 +84,10 @@ def test_clean_stores_the_html_rendering_without_the_live_widget():
     clean.clean(nb)
     assert clean.is_clean(nb) and "widgets" not in nb.metadata
     assert set(cell.outputs[0].data) == {"text/plain", "text/html"}
+
+
+def test_photographs_can_be_stored_as_jpeg():
+    c = control(line, [1, 2], "slope", fmt="jpeg")
+    assert c.html.count("data:image/jpeg;base64,/9j/") == 2        # /9j/ is base64 of JPEG's start-of-image marker
+    with pytest.raises(ValueError):
+        control(line, [1, 2], "slope", fmt="gif")
