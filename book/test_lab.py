@@ -134,6 +134,7 @@ def test_moving_a_control_redraws_in_the_kernel(section, lab, browser):
         cell = page.locator("[data-control-cell]")
         picker = cell.locator(".widget-slider, .widget-dropdown").first
         picker.wait_for(state="visible")
+        picker.scroll_into_view_if_needed()
         page.wait_for_function("() => document.querySelector('[data-control-cell] .widget-output img')")
         before = drawn(page)
         if cell.locator(".widget-dropdown select").count():
@@ -141,6 +142,7 @@ def test_moving_a_control_redraws_in_the_kernel(section, lab, browser):
             chosen = select.evaluate("s => s.selectedIndex")
             select.select_option(index=(chosen + 1) % select.locator("option").count())
         else:                                            # drag the handle to the far end of the track
+            cell.locator(".noUi-target").scroll_into_view_if_needed()     # the mouse reaches only what is in view
             track = cell.locator(".noUi-target").bounding_box()
             handle = cell.locator(".noUi-handle").bounding_box()
             x, y = handle["x"] + handle["width"] / 2, handle["y"] + handle["height"] / 2
