@@ -83,12 +83,14 @@ def browser():
         browser.close()
 
 
-# Runs the cells above the first control cell, then that cell; marks its node for the locators below.
-RUN_TO_CONTROL = """async () => {
+# In the panel of notebook `name`: runs the cells above the first control cell, then that cell; marks its
+# node for the locators below.
+RUN_TO_CONTROL = """async name => {
     const app = window.jupyterapp;
     await app.restored;
-    let panel = app.shell.currentWidget;
-    while (!panel || !panel.sessionContext) { await new Promise(r => setTimeout(r, 200)); panel = app.shell.currentWidget; }
+    const find = () => [...app.shell.widgets('main')].find(w => w.context && w.context.path.endsWith(name));
+    let panel = find();
+    while (!panel) { await new Promise(r => setTimeout(r, 200)); panel = find(); }
     await panel.context.ready;
     await panel.sessionContext.ready;
     const notebook = panel.content;
@@ -128,9 +130,10 @@ def test_moving_a_control_redraws_in_the_kernel(section, lab, browser):
     page = context.new_page()
     page.set_default_timeout(TIMEOUT)
     try:
-        page.goto(f"{url}/lab/tree/notebooks/{name}?token={token}")
+        # A workspace of its own, reset: otherwise the lab reopens the tabs of the notebooks tested before.
+        page.goto(f"{url}/lab/workspaces/{section.replace('.', '-')}/tree/notebooks/{name}?reset&token={token}")
         page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell", timeout=120_000)
-        assert page.evaluate(RUN_TO_CONTROL) >= 0, f"{name} has no control cell"
+        assert page.evaluate(RUN_TO_CONTROL, name) >= 0, f"{name} has no control cell"
         cell = page.locator("[data-control-cell]")
         picker = cell.locator(".widget-slider, .widget-dropdown").first
         picker.wait_for(state="visible")
