@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 NB     ?= $(sort $(wildcard notebooks/*.md))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup execute figures test check guarantees bench lab book site serve site-test clean
+.PHONY: help setup execute figures test check guarantees bench lab lab-test book site serve site-test clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -81,6 +81,9 @@ site-test: site  ## open every page in headless Chromium (apt's chromium) and ch
 	$(BIN)/pytest -o addopts='-p no:cacheprovider' book/test_site.py
 	$(BIN)/pytest -o addopts='-p no:cacheprovider' -q --check-links --check-anchors --links-ext html \
 	  --check-links-ignore 'https?://.*' $(SITE)/html
+
+lab-test: $(STAMP)  ## in JupyterLab (started on a loopback port) and headless Chromium, move one control per notebook
+	$(BIN)/pytest -o addopts='-p no:cacheprovider' book/test_lab.py
 
 clean:  ## remove the environment and build outputs (notebooks and figures stay)
 	rm -rf $(VENV) node_modules _build .pytest_cache .hypothesis

@@ -4,7 +4,10 @@
 - each cell's execution timestamps (`metadata.execution`, written by nbclient),
 - stderr streams: progress-bar frames and warnings, never compared by nbval (see conftest.py) and
   noise in the stored file (tqdm still draws its bars while a notebook runs),
-- the Python patch version in the notebook's metadata, which differs from one reader to the next;
+- the Python patch version in the notebook's metadata, which differs from one reader to the next,
+- live widgets (helpers.controls): their views and saved state name model ids that change on every run
+  and mean nothing without the kernel that made them; the control's html rendering, stored beside
+  them in the same output, is what the site and a reader opening the stored notebook see;
 and it joins consecutive pieces of one stream, which the kernel splits wherever its buffer was flushed.
 
 Usage: python book/clean.py NOTEBOOK.ipynb [...]
@@ -14,10 +17,13 @@ import sys
 
 import nbformat
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
 
 def clean(nb):
     """Clean notebook ``nb`` in place; return it."""
     nb.metadata.get("language_info", {}).pop("version", None)
+    nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
@@ -30,6 +36,9 @@ def clean(nb):
                 else:
                     outputs.append(o)
             cell.outputs = outputs
+            for o in cell.outputs:
+                if "data" in o and WIDGET_VIEW in o.data and len(o.data) > 1:
+                    del o.data[WIDGET_VIEW]
     return nb
 
 

@@ -36,6 +36,11 @@ exclude_patterns = ["README.md", "**/.ipynb_checkpoints"]  # README.md is staged
 # Notebooks: show what is stored, never execute. Progress bars and warnings on stderr stay in Jupyter.
 nb_execution_mode = "off"
 nb_output_stderr = "remove"
+# Controls (helpers.controls) store an html rendering with every state precomputed beside their live
+# widget: the site shows that one. No widget view is rendered, and no widget manager is loaded (myst-nb
+# would take it from two CDNs), so a control on a page works without kernel or network.
+nb_mime_priority_overrides = [("*", "application/vnd.jupyter.widget-view+json", None)]
+nb_ipywidgets_js = {}
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 myst_heading_anchors = 3
 

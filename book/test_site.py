@@ -231,3 +231,50 @@ def test_exercises_are_numbered_listed_and_collapsed(name, server, browser):
         assert not raw, f"raw markup on the page: {raw[:5]}"
     finally:
         v.close()
+
+
+# Sections whose page carries controls (helpers.controls): precomputed states behind a plain range input
+# or select, switched by inline JavaScript, with no kernel and nothing from another host.
+CONTROLLED = ["9.1", "9.2", "9.3", "9.5", "9.6"]
+
+
+def shown(control):
+    """The frames of a control that are not hidden: their labels and what they draw."""
+    return control.evaluate("""c => [...c.querySelectorAll('.book-frame')].filter(f => !f.hidden)
+        .map(f => [f.dataset.label, f.innerHTML])""")
+
+
+@pytest.mark.parametrize("section", CONTROLLED)
+def test_every_control_changes_what_is_drawn(section, server, browser):
+    """Step each control through all its states, as a reader would (keyboard or menu): each shows its own frame."""
+    name = next(p for p in NOTEBOOKS if p.startswith(f"notebooks/{section}-"))
+    v = Visit(browser, urljoin(server, name))
+    try:
+        controls = v.page.locator(".book-control")
+        assert controls.count(), f"{name} has no control"
+        for i in range(controls.count()):
+            control = controls.nth(i)
+            frames = control.locator(".book-frame").count()
+            assert len(shown(control)) == 1, f"control {i}: exactly one frame should show before it is touched"
+            picker = control.locator("input[type=range], select")
+            seen = []
+            if picker.evaluate("e => e.tagName") == "SELECT":
+                for k in range(frames):
+                    picker.select_option(index=k)
+                    seen += shown(control)
+            else:
+                picker.focus()
+                v.page.keyboard.press("Home")
+                seen += shown(control)
+                for _ in range(frames - 1):
+                    v.page.keyboard.press("ArrowRight")
+                    seen += shown(control)
+                assert control.locator("output").inner_text() == seen[-1][0]
+            labels, drawn = [s[0] for s in seen], [s[1] for s in seen]
+            assert len(seen) == frames and len(set(labels)) == frames, f"control {i} showed {labels}"
+            assert len(set(drawn)) == frames, f"control {i}: some states draw the same thing"
+            box = control.locator(".book-frame:not([hidden]) > *").first.bounding_box()
+            assert box and box["width"] > 100 and box["height"] > 50, f"control {i}: the frame is not visible"
+        assert not v.errors and not v.failed, v.errors + v.failed
+    finally:
+        v.close()
