@@ -24,13 +24,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,site]'
 	touch $@
 
-# The .md is the source: its cells go into the .ipynb (whatever the two files' times), which is executed;
-# book/clean.py strips what every run churns (timestamps, progress bars), and touching the .ipynb marks its
-# outputs as the newer of the pair.
+# The .md is the source: touched first, it is the newer of the pair, so the sync takes its cells (keeping
+# the .ipynb's cell ids) and executes them; book/clean.py strips what every run churns (timestamps,
+# progress bars), and touching the .ipynb marks its outputs as the newer of the pair.
 execute: $(STAMP)  ## re-execute notebooks in fresh kernels and re-sync their pairs (NB=notebooks/x.md for one)
 	@for nb in $(NB); do \
 	  echo "executing $${nb%.*}"; \
-	  $(BIN)/jupytext --to ipynb --update --execute --quiet "$${nb%.*}.md" || exit 1; \
+	  touch "$${nb%.*}.md" && $(BIN)/jupytext --sync --execute --quiet "$${nb%.*}.md" || exit 1; \
 	  $(BIN)/python book/clean.py "$${nb%.*}.ipynb" || exit 1; \
 	  touch "$${nb%.*}.ipynb"; \
 	done
