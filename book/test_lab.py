@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run",
          "--disable-sync", "--disable-quic", "--disable-gpu"]
-# One notebook per section with controls (helpers.controls); 9.4's is still to come.
-CONTROLLED = ["9.1", "9.2", "9.3", "9.5", "9.6"]
+# One notebook per section with controls (helpers.controls).
+CONTROLLED = ["9.1", "9.2", "9.3", "9.4", "9.5", "9.6"]
 TIMEOUT = 600_000                                        # ms: the cells above a control, on a busy 2-core machine
 
 

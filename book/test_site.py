@@ -235,7 +235,7 @@ def test_exercises_are_numbered_listed_and_collapsed(name, server, browser):
 
 # Sections whose page carries controls (helpers.controls): precomputed states behind a plain range input
 # or select, switched by inline JavaScript, with no kernel and nothing from another host.
-CONTROLLED = ["9.1", "9.2", "9.3", "9.5", "9.6"]
+CONTROLLED = ["9.1", "9.2", "9.3", "9.4", "9.5", "9.6"]
 
 
 def shown(control):

@@ -62,13 +62,18 @@ class Setup:
 
 @dataclass
 class Result:
-    """One model's run: parameter count, test MSE at ``steps``, and the trained weights."""
+    """One model's run: parameter count, test MSE at ``steps``, and the trained weights.
+
+    For the transformer, ``readout`` holds, at each of ``steps``, the readout token's attention on the
+    first test sequence, per head: arrays ``(heads, length)`` (section 9.4's control turns through them).
+    """
 
     name: str
     params: int
     steps: list = field(default_factory=list)
     test_mse: list = field(default_factory=list)
     state: dict = field(default_factory=dict)
+    readout: list = field(default_factory=list)
 
     def model(self):
         """The trained model, rebuilt from its weights (in eval mode)."""
@@ -94,12 +99,20 @@ def run_one(name, setup, on_step=None):
     model = MODELS[name]()
     data = torch.Generator().manual_seed(setup.data_seed)
     x_test, y_test = test_set(setup)
+    readout = []
+
+    def evaluate(m):
+        # The attention is read only, so the training run and its test MSE are the same with or without it.
+        if isinstance(m, AddingTransformer):
+            readout.append(m(x_test[:1], need_weights=True)[1][0, :, 1:].numpy().copy())
+        return F.mse_loss(m(x_test), y_test).item()
+
     steps, mse = train_and_evaluate(
         model,
         batch_fn=lambda step: adding_problem_batch(setup.batch, setup.length, data),
         loss_fn=lambda m, batch: F.mse_loss(m(batch[0]), batch[1]),
         steps=setup.steps,
-        evaluate=lambda m: F.mse_loss(m(x_test), y_test).item(),
+        evaluate=evaluate,
         every=setup.every,
         lr=setup.lr,
         clip=setup.clip,
@@ -107,7 +120,7 @@ def run_one(name, setup, on_step=None):
     )
     params = sum(p.numel() for p in model.parameters())
     state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-    return Result(name, params, steps, mse, state)
+    return Result(name, params, steps, mse, state, readout)
 
 
 def _start_worker(channel):

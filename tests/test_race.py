@@ -35,6 +35,18 @@ def test_run_one_is_reproducible_and_records_evaluations():
     assert torch.equal(a.model()(x), b.model()(x))
 
 
+def test_the_transformer_records_its_readout_attention_at_each_evaluation():
+    t, rnn = run_one("transformer", SMALL), run_one("RNN", SMALL)
+    assert len(t.readout) == len(t.steps) and rnn.readout == []
+    x, _ = held_out(SMALL)
+    for w in t.readout:
+        assert w.shape == (4, SMALL.length)
+        assert (w >= 0).all() and (w.sum(1) <= 1 + 1e-6).all()    # a share of one softmax: the readout's own weight is left out
+    with torch.no_grad():                                      # the last one is the trained model's
+        _, last = t.model()(x[:1], need_weights=True)
+    assert torch.allclose(torch.as_tensor(t.readout[-1]), last[0, :, 1:])
+
+
 def test_first_below():
     r = Result("GRU", 1, steps=[0, 25, 50], test_mse=[0.2, 0.05, 0.001])
     assert r.first_below(0.1) == 25 and r.first_below(0.001) is None
