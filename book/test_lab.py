@@ -19,12 +19,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from playwright import sync_api
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run",
-         "--disable-sync", "--disable-quic", "--disable-gpu"]
 # One notebook per section with controls (helpers.controls).
 CONTROLLED = ["9.1", "9.2", "9.3", "9.4", "9.5", "9.6"]
 TIMEOUT = 600_000                                        # ms: the cells above a control, on a busy 2-core machine
@@ -71,16 +67,6 @@ def lab(tmp_path_factory):
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (or set CHROMIUM=...)")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        yield browser
-        browser.close()
 
 
 # In the panel of notebook `name`: runs the cells above the first control cell, then that cell; marks its

@@ -8,7 +8,6 @@ resolving. A screenshot of each page, light and dark, goes to `_build/site/scree
 """
 
 import functools
-import os
 import re
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -16,16 +15,10 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import pytest
-from playwright import sync_api
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "site" / "html"
 SHOTS = ROOT / "_build" / "site" / "screenshots"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-# Without the background-networking flags Chromium phones home at start; the sandbox needs user
-# namespaces that CI (as root) does not give it.
-FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run",
-         "--disable-sync", "--disable-quic", "--disable-gpu"]
 PAGES = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html") if not p.relative_to(SITE).parts[0].startswith("_"))
 NOTEBOOKS = [p for p in PAGES if p.startswith("notebooks/")]
 
@@ -46,16 +39,6 @@ def server():
     yield f"http://127.0.0.1:{httpd.server_address[1]}/"
     httpd.shutdown()
     httpd.server_close()
-
-
-@pytest.fixture(scope="session")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (or set CHROMIUM=...)")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        yield browser
-        browser.close()
 
 
 class Visit:
