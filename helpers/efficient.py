@@ -1,17 +1,15 @@
-"""Efficient attention (section 9.5): tiled attention and a decoder with a key–value cache.
+"""Efficient attention (section 9.5): tiled attention and its naive reference.
 
-The lessons themselves (the online-softmax loop, linear attention, grouped-query attention written out,
-sparse masks, random features) are written out in the notebook; this module holds their reusable,
-batched and tested versions. Measuring time and memory is ``helpers.measure``'s job.
+The lessons themselves (the online-softmax loop, linear attention, the key–value cache, grouped-query
+attention written out, sparse masks, random features) are written out in the notebook; this module
+holds the batched and tested tiled attention the benchmark runs. Measuring time and memory is
+``helpers.measure``'s job.
 """
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from helpers.attention import check_mask, check_qkv
-from helpers.checks import flag, non_negative_int, positive_int, tensor
-from helpers.positions import rope
+from helpers.checks import flag, positive_int
 
 
 def tiled_attention(q, k, v, tile, mask=None, is_causal=False):
@@ -66,105 +64,3 @@ def naive_attention(q, k, v):
     check_qkv(q, k, v)
     s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5          # (..., T, T): the memory we want to avoid
     return torch.softmax(s, dim=-1) @ v
-
-
-class CachedSelfAttention(nn.Module):
-    """Causal self-attention with RoPE and ``kv_heads`` key–value heads shared by ``heads`` query heads.
-
-    ``kv_heads == heads`` is multi-head attention, ``kv_heads == 1`` multi-query attention, anything
-    between grouped-query attention. ``forward(x (B, T, d), cache)`` returns ``(y (B, T, d), cache)``,
-    where ``cache`` is ``None`` or the ``(k, v)`` pair, each ``(B, kv_heads, past, d / heads)``, of the
-    tokens before ``x``.
-    """
-
-    def __init__(self, d, heads, kv_heads):
-        super().__init__()
-        d, heads, kv_heads = positive_int(d, "d"), positive_int(heads, "heads"), positive_int(kv_heads, "kv_heads")
-        if d % heads or heads % kv_heads:
-            raise ValueError(f"need heads | d and kv_heads | heads, got d={d}, heads={heads}, kv_heads={kv_heads}")
-        self.heads, self.kv_heads, self.dh = heads, kv_heads, d // heads
-        if self.dh % 2:
-            raise ValueError(f"RoPE needs an even head width, got {self.dh}")
-        self.q = nn.Linear(d, d, bias=False)
-        self.kv = nn.Linear(d, 2 * kv_heads * self.dh, bias=False)
-        self.out = nn.Linear(d, d, bias=False)
-
-    def forward(self, x, cache=None):
-        tensor(x, "x")
-        if x.dim() != 3:
-            raise ValueError(f"x must be (batch, length, width), got shape {tuple(x.shape)}")
-        B, T, _ = x.shape
-        if cache is not None and cache[0].shape != cache[1].shape:
-            raise ValueError(f"the key and value caches differ: {tuple(cache[0].shape)} != {tuple(cache[1].shape)}")
-        past = 0 if cache is None else cache[0].shape[-2]
-        q = self.q(x).view(B, T, self.heads, self.dh).transpose(1, 2)                     # (B, H, T, dh)
-        k, v = self.kv(x).view(B, T, 2, self.kv_heads, self.dh).permute(2, 0, 3, 1, 4)    # (B, G, T, dh) each
-        q, k = rope(q, offset=past), rope(k, offset=past)
-        if cache is not None:
-            k, v = torch.cat([cache[0], k], dim=-2), torch.cat([cache[1], v], dim=-2)
-        # Query i (absolute position past + i) sees keys 0..past + i; a single new token sees them all.
-        allowed = None
-        if T > 1:
-            allowed = torch.arange(past + T, device=x.device) <= torch.arange(past, past + T, device=x.device)[:, None]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=self.kv_heads != self.heads)
-        return self.out(y.transpose(1, 2).reshape(B, T, -1)), (k, v)
-
-
-class CachedDecoder(nn.Module):
-    """A small decoder-only transformer (pre-norm blocks, RoPE, grouped-query attention).
-
-    ``forward(tokens (B, T), caches)`` returns ``(logits (B, T, vocab), caches)``; ``caches`` is
-    ``None`` or one ``(k, v)`` pair per layer for the tokens before ``tokens``.
-    """
-
-    def __init__(self, vocab, d=64, heads=4, kv_heads=None, layers=2):
-        super().__init__()
-        vocab, layers = positive_int(vocab, "vocab"), positive_int(layers, "layers")
-        if vocab < 2:
-            raise ValueError(f"need vocab >= 2 and layers >= 1, got {vocab} and {layers}")
-        kv_heads = heads if kv_heads is None else kv_heads
-        self.embed = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList()
-        for _ in range(layers):
-            mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-            self.blocks.append(nn.ModuleDict(
-                {"norm1": nn.LayerNorm(d), "attn": CachedSelfAttention(d, heads, kv_heads), "norm2": nn.LayerNorm(d), "mlp": mlp}
-            ))
-        self.norm = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab, bias=False)
-
-    def forward(self, tokens, caches=None):
-        if tensor(tokens, "tokens").dim() != 2:
-            raise ValueError(f"tokens must be (batch, length), got shape {tuple(tokens.shape)}")
-        if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(f"need one cache per layer ({len(self.blocks)}), got {len(caches)}")
-        x = self.embed(tokens)
-        new = []
-        for i, b in enumerate(self.blocks):
-            a, c = b["attn"](b["norm1"](x), None if caches is None else caches[i])
-            x = x + a
-            x = x + b["mlp"](b["norm2"](x))
-            new.append(c)
-        return self.head(self.norm(x)), new
-
-
-@torch.no_grad()
-def generate(model, prompt, steps, use_cache=True):
-    """Greedy decoding: ``prompt (B, T0) -> (B, T0 + steps)``.
-
-    Without the cache every step runs the model on the whole sequence so far; with it, the prompt is
-    run once and every later step feeds only the newest token, reusing the stored keys and values.
-    """
-    tensor(prompt, "prompt")
-    if prompt.dim() != 2 or prompt.shape[1] < 1:
-        raise ValueError(f"prompt must be (batch, length >= 1), got shape {tuple(prompt.shape)}")
-    steps = non_negative_int(steps, "steps")
-    tokens, caches, feed = prompt, None, prompt
-    for _ in range(steps):
-        if use_cache:
-            logits, caches = model(feed, caches)
-        else:
-            logits, _ = model(tokens)
-        feed = logits[:, -1].argmax(-1, keepdim=True)     # (B, 1)
-        tokens = torch.cat([tokens, feed], dim=1)
-    return tokens

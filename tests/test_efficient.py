@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.attention import attention, causal_mask, padding_mask
-from helpers.efficient import CachedDecoder, CachedSelfAttention, generate, naive_attention, tiled_attention
+from helpers.efficient import naive_attention, tiled_attention
 
 
 def qkv(*shape, seed=0, n=None):
@@ -88,65 +88,3 @@ def test_tiled_rejects_bad_arguments(call, message):
 def test_naive_attention_matches_pytorch():
     q, k, v = qkv(3, 20, 8, seed=6)
     assert torch.allclose(naive_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
-
-
-@pytest.mark.parametrize("kv_heads", [1, 2, 4])
-def test_cached_attention_matches_written_out_gqa(kv_heads):
-    torch.manual_seed(0)
-    layer = CachedSelfAttention(32, 4, kv_heads).double()
-    x = torch.randn(2, 7, 32, dtype=torch.float64)
-    y, (k, v) = layer(x)
-    assert k.shape == v.shape == (2, kv_heads, 7, 8)
-    from helpers.positions import rope
-
-    q = rope(layer.q(x).view(2, 7, 4, 8).transpose(1, 2))
-    k_rep, v_rep = (t.repeat_interleave(4 // kv_heads, dim=1) for t in (k, v))
-    out, _ = attention(q, k_rep, v_rep, causal_mask(7))
-    assert torch.allclose(y, layer.out(out.transpose(1, 2).reshape(2, 7, 32)))
-
-
-def test_cache_gives_the_same_logits():
-    torch.manual_seed(1)
-    model = CachedDecoder(20, d=32, heads=4, kv_heads=2, layers=2).double().eval()
-    tokens = torch.randint(20, (2, 12))
-    with torch.no_grad():
-        full, _ = model(tokens)
-        first, caches = model(tokens[:, :5])               # a prompt of five tokens ...
-        middle, caches = model(tokens[:, 5:9], caches)     # ... a chunk of four ...
-        parts = [first, middle]
-        for t in range(9, 12):                             # ... then one token at a time
-            logits, caches = model(tokens[:, t:t + 1], caches)
-            parts.append(logits)
-    assert torch.allclose(torch.cat(parts, 1), full)
-    assert caches[0][0].shape == (2, 2, 12, 8)
-
-
-def test_generate_with_and_without_cache_agree():
-    torch.manual_seed(2)
-    model = CachedDecoder(30, d=32, heads=4, kv_heads=1, layers=2).eval()
-    prompt = torch.randint(30, (3, 4))
-    a, b = generate(model, prompt, 15), generate(model, prompt, 15, use_cache=False)
-    assert a.shape == (3, 19) and torch.equal(a, b) and torch.equal(a[:, :4], prompt)
-
-
-@pytest.mark.parametrize(
-    ("call", "message"),
-    [
-        (lambda: CachedSelfAttention(30, 4, 2), "heads"),
-        (lambda: CachedSelfAttention(32, 4, 3), "kv_heads"),
-        (lambda: CachedSelfAttention(12, 4, 2), "even"),
-        (lambda: CachedSelfAttention(32, 0, 1), "heads must be a positive int, got 0"),
-        (lambda: CachedSelfAttention(32, 4, True), "kv_heads must be a positive int, got True"),
-        (lambda: CachedSelfAttention(32, 4, 2)(torch.randn(1, 1, 32), (torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 2, 8))),
-         "caches differ"),
-        (lambda: CachedDecoder(10)([[1, 2]]), "tokens must be a torch.Tensor"),
-        (lambda: generate(CachedDecoder(10), torch.zeros(1, 2, dtype=torch.long), 2.5), "steps must be a non-negative int"),
-        (lambda: CachedDecoder(1), "vocab"),
-        (lambda: CachedDecoder(10)(torch.zeros(3, dtype=torch.long)), "batch, length"),
-        (lambda: generate(CachedDecoder(10), torch.zeros(1, 0, dtype=torch.long), 3), "prompt"),
-        (lambda: generate(CachedDecoder(10), torch.zeros(1, 2, dtype=torch.long), -1), "steps must be a non-negative int"),
-    ],
-)
-def test_decoder_rejects_bad_arguments(call, message):
-    with pytest.raises(ValueError, match=message):
-        call()

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers.models import AddingTransformer, RecurrentRegressor
+from helpers.models import AddingTransformer, AdditiveAttention, Attention, PreNormBlock, RecurrentRegressor
 
 
 def size(model):
@@ -36,10 +36,42 @@ def test_adding_transformer_equals_the_full_block_read_at_the_readout_token():
     m = AddingTransformer(length=10, d=16, heads=4).eval()
     x = torch.rand(3, 10, 2)
     h = torch.cat([m.readout.expand(3, -1, -1), m.embed(x)], dim=1) + m.pos.weight
-    a = m.ln1(h)
-    h = h + m.attn(a, a, a, need_weights=False)[0]
-    h = h + m.mlp(m.ln2(h))
-    assert torch.allclose(m(x), m.out(m.ln(h[:, 0])).squeeze(-1), atol=1e-6)
+    a = m.block.norm1(h)
+    h = h + m.block.attn.mha(a, a, a, need_weights=False)[0]
+    h = h + m.block.mlp(m.block.norm2(h))
+    assert torch.allclose(m(x), m.out(m.norm(h[:, 0])).squeeze(-1), atol=1e-6)
+
+
+def test_pre_norm_block_is_two_residual_sublayers_and_reads_a_context():
+    torch.manual_seed(0)
+    block = PreNormBlock(16, Attention(16, 4)).eval()
+    x = torch.randn(2, 5, 16)
+    h = x + block.attn(block.norm1(x))
+    assert torch.allclose(block(x), h + block.mlp(block.norm2(h)), atol=1e-6)
+    # With a context, the rows of x alone are computed: the full block's rows where x is part of the context.
+    assert torch.allclose(block(x[:, :2], context=x), block(x)[:, :2], atol=1e-6)
+    swapped = PreNormBlock(16, Attention(16, 4), mlp=nn.Identity(), norm=nn.RMSNorm)
+    assert isinstance(swapped.norm1, nn.RMSNorm) and isinstance(swapped.mlp, nn.Identity)
+
+
+def test_attention_self_causal_and_cross():
+    torch.manual_seed(0)
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    attn = Attention(16, 4)
+    assert attn(x, memory, need_weights=True).shape == (2, 5, 16) and attn.weights.shape == (2, 4, 5, 7)
+    assert attn(x).shape == (2, 5, 16) and attn.weights is None
+    causal = Attention(16, 4, causal=True)
+    causal(x, need_weights=True)
+    assert torch.allclose(causal.weights.sum(-1), torch.ones(2, 4, 5))
+    assert (causal.weights.triu(1) == 0).all()                 # no weight on the future
+    y = causal(x)
+    assert torch.allclose(causal(x[:, :3]), y[:, :3], atol=1e-6)   # outputs 0-2 ignore tokens 3-4
+
+
+def test_additive_attention_weights_are_a_softmax_over_the_keys():
+    torch.manual_seed(0)
+    c, a = AdditiveAttention(8, 6, 5)(torch.randn(3, 8), torch.randn(3, 4, 6))
+    assert c.shape == (3, 6) and a.shape == (3, 4) and torch.allclose(a.sum(-1), torch.ones(3))
 
 
 def test_recurrent_regressor_reads_the_last_state():

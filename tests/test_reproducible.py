@@ -61,6 +61,16 @@ CLAIMS = {
         ("a dashed line at the plateau, about 0.18", ["error of always predicting 1 on the test set: 0.18"]),
         ("At least two heads put about half their weight on each marked position",
          ["(within 0.1 of 0.5, over the test set): at least two of 4: True"]),
+        ("split between the two in every row but the first", ["GRU below 0.5: True", "GRU above 0.3: True"]),
+        ("on average above 0.9, and near 0 elsewhere",
+         ["transformer above 0.9: True", "transformer below 0.05: True"]),
+        ("puts nearly all its weight on the copied position", ["transformer above 0.9: True"]),
+        ("nearly all of it lies on the source position being copied, and none on the position after it",
+         ["transformer above 0.9: True", "transformer below 0.05: True"]),
+        ("splits its weight between the copied position", ["GRU below 0.5: True", "GRU above 0.3: True"]),
+        ("Both reverse the held-out strings", [
+            "GRU with additive attention (9.1): 19,914 parameters; strings reversed exactly, above 99%: True",
+            "transformer encoder–decoder: 30,762 parameters; strings reversed exactly, above 99%: True"]),
     ],
     "9.5-efficient-attention": [
         ("4,096 features still leave an error of 85%", ["0.85 with 4,096"]),
