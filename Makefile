@@ -63,6 +63,8 @@ book: execute  ## execute the notebooks, write the figures, and build the site
 # The site is built from the stored notebooks (never re-executed) by Sphinx with book/conf.py. They are
 # staged under _build/site/src with book/index.md (and README.md, which it includes), so Sphinx sees one
 # source per page, not the jupytext .md twins; cp -p keeps their times, so a rebuild rereads only what changed.
+# As Sphinx reads a notebook, book/captions.py moves each figure's caption from the markdown cell below it into
+# the figure (on what Sphinx parses, not on the staged file, so its time and the site's download stay as they are).
 SITE := _build/site
 NPM_STAMP := node_modules/.package-lock.json
 

@@ -6,11 +6,13 @@ proved those outputs. `make site` stages `book/index.md`, `README.md` and `noteb
 `sphinx-build -n -W -c book _build/site/src _build/site/html`, with this folder as its configuration.
 Nothing a page loads comes from another host: the theme ships its assets and fonts, and MathJax is
 copied from `node_modules/` (the npm package pinned in package.json) into `_static/mathjax/`.
+Each figure's caption comes from the markdown cell below it in the notebook (`captions.py`).
 """
 
 import os
 import re
 import shutil
+import sys
 import tomllib
 from pathlib import Path
 
@@ -118,5 +120,11 @@ def copy_mathjax(app, exception):
 def setup(app):
     if not (MATHJAX / "tex-chtml.js").exists():
         raise ConfigError(f"MathJax is missing from {MATHJAX}: run `npm ci` (make site does)")
+    # Captions are written once, in the markdown cell below each figure (what Jupyter shows): captions.py
+    # copies them into the figures' metadata as Sphinx reads each notebook, and hides those cells.
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from captions import source_read
+
+    app.connect("source-read", source_read)
     app.connect("env-get-updated", number_figures_by_section, priority=900)
     app.connect("build-finished", copy_mathjax)

@@ -8,6 +8,8 @@ resolving. A screenshot of each page, light and dark, goes to `_build/site/scree
 """
 
 import functools
+import importlib.util
+import json
 import re
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +23,9 @@ SITE = ROOT / "_build" / "site" / "html"
 SHOTS = ROOT / "_build" / "site" / "screenshots"
 PAGES = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html") if not p.relative_to(SITE).parts[0].startswith("_"))
 NOTEBOOKS = [p for p in PAGES if p.startswith("notebooks/")]
+spec = importlib.util.spec_from_file_location("captions", ROOT / "book" / "captions.py")
+captions = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(captions)
 
 
 
@@ -141,10 +146,20 @@ def test_notebook_page_has_figures_captions_alt_text_and_a_download(name, server
             number: (f.querySelector('.caption-number') || {}).innerText || '',
             caption: (f.querySelector('figcaption') || {}).innerText || '',
             alt: (f.querySelector('img') || {}).alt || ''}))""")
-        for k, figure in enumerate(figures, start=1):
+        # The captions come from the markdown cells below the figures (book/captions.py), shown once.
+        notebook = json.loads((ROOT / name).with_suffix(".ipynb").read_text())
+        written = [found[2] for cell in notebook["cells"] if (found := captions.caption(cell))]
+        assert len(figures) == len(written), f"{len(figures)} figures on the page, {len(written)} captions in the notebook"
+        for k, (figure, text) in enumerate(zip(figures, written, strict=True), start=1):
             assert figure["number"].strip() == f"Figure {section}.{k}", figure
             assert len(figure["caption"]) > len(figure["number"]) + 10, figure
+            plain = re.split(r"[$*`\\]", text)[0][:40]                 # up to the first math or markup
+            shown = figure["caption"].translate(str.maketrans("\u2018\u2019\u201c\u201d", "''\"\""))   # smart quotes
+            assert plain in shown, f"figure {k}'s caption is not the notebook's: {plain!r}"
             assert figure["alt"].strip(), f"figure {k} has no alt text"
+        repeated = v.page.evaluate(
+            "() => [...document.querySelectorAll('main em')].filter(e => /^Figure \\d/.test(e.innerText)).length")
+        assert not repeated, f"{repeated} captions shown again as text below their figures"
         inputs = v.page.locator("div.cell_input").count()
         uncopyable = v.page.evaluate("""() => [...document.querySelectorAll('div.cell_input')]
             .filter(c => !c.querySelector('button.copybtn')).length""")

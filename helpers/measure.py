@@ -140,3 +140,27 @@ def growth_exponent(x, y):
     lx, ly = x.log(), y.log()
     lx = lx - lx.mean()
     return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())
+
+
+def register_sdpa_flops():
+    """Make ``FlopCounterMode`` count ``scaled_dot_product_attention`` on the CPU; return the ops it added.
+
+    Why: the counter's table (``torch.utils.flop_counter.flop_registry``, torch 2.13) has formulas for
+    the CUDA kernels of ``F.scaled_dot_product_attention`` (flash, memory-efficient, cuDNN) but none for
+    the CPU flash kernel it dispatches to, ``aten._scaled_dot_product_flash_attention_for_cpu``, nor for
+    its backward, so on the CPU a model's attention would count as zero operations. This registers the
+    counter's own SDPA formulas for those two ops, which take the same arguments as the CUDA flash
+    kernel's: they count the full ``T x T`` score matrix, as the kernel computes it, mask or not.
+    Calling it again adds nothing; if a release of torch registers the ops itself, it adds nothing.
+    """
+    from torch.utils import flop_counter
+
+    aten = torch.ops.aten
+    formulas = {aten._scaled_dot_product_flash_attention_for_cpu: flop_counter.sdpa_flop,
+                aten._scaled_dot_product_flash_attention_for_cpu_backward: flop_counter.sdpa_backward_flop}
+    added = []
+    for op, formula in formulas.items():
+        if op not in flop_counter.flop_registry:
+            flop_counter.register_flop_formula(op, get_raw=True)(formula)
+            added.append(op)
+    return added

@@ -1,11 +1,15 @@
+import subprocess
+import sys
 import time
 
 import pytest
 import torch
+from torch.nn import functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 from helpers import measure
 from helpers.efficient import naive_attention, tiled_attention
-from helpers.measure import benchmark, growth_exponent, peak_memory, seconds
+from helpers.measure import benchmark, growth_exponent, peak_memory, register_sdpa_flops, seconds
 
 
 def test_peak_memory_sees_a_temporary():
@@ -77,3 +81,24 @@ def test_growth_exponent():
         growth_exponent([1, 2, 3], [1, 2])
 
 
+def test_flop_counter_lacks_the_cpu_attention_kernel_until_registered():
+    """Why register_sdpa_flops exists: a fresh torch has no formula for the CPU flash kernel (when a
+    release adds one, this fails, and the helper can go)."""
+    code = ("import torch; from torch.utils import flop_counter; "
+            "print(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu in flop_counter.flop_registry)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_register_sdpa_flops_counts_attention_on_the_cpu_forward_and_backward():
+    register_sdpa_flops()
+    assert register_sdpa_flops() == []                   # a second call adds nothing
+    B, H, T, d = 2, 3, 16, 8
+    q, k, v = torch.randn(3, B, H, T, d, requires_grad=True).unbind(0)
+    with FlopCounterMode(display=False) as forward:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with FlopCounterMode(display=False) as backward:
+        out.sum().backward()
+    # Two products of T x T scores, 2BHT^2d each, the full matrix even under a causal mask; the backward
+    # recomputes the scores and takes four more products.
+    assert forward.get_total_flops() == 4 * B * H * T * T * d
+    assert backward.get_total_flops() == 10 * B * H * T * T * d

@@ -1,7 +1,9 @@
-"""The notebooks' structure: every MyST source is in sync with its .ipynb, every figure has a caption,
-alt text and files in figures/, every notebook starts with the same cell that installs the helpers outside a
-checkout. (nbval, run by the same pytest, checks their outputs; tests/test_outside.py runs that cell outside.)"""
+"""The notebooks' structure: every MyST source is in sync with its .ipynb, every figure has a caption (in
+the markdown cell below it, numbered), alt text and files in figures/, every notebook starts with the same
+cell that installs the helpers outside a checkout. (nbval, run by the same pytest, checks their outputs;
+tests/test_outside.py runs that cell outside.)"""
 
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -11,8 +13,12 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("captions", ROOT / "book" / "captions.py")
+captions = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(captions)
 SOURCES = sorted((ROOT / "notebooks").glob("*.md"))
 NAME = re.compile(r"^\d+\.[\dA-Z]+-[a-z0-9-]+\.md$")
+SAVES = re.compile(r'save_figure\(\w+, "([a-z0-9-]+)"')
 
 
 def cells(nb):
@@ -46,22 +52,25 @@ def test_every_stored_cell_was_executed_in_order(md):
 
 @pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
 def test_every_figure_has_caption_alt_text_and_files(md):
+    """Each figure cell has a name and alt text in its metadata, its caption (written once) in the markdown
+    cell right below it, numbered 9.N.1, 9.N.2, ... in order, and its files in figures/."""
     nb = jupytext.read(md)
-    for i, cell in enumerate(nb.cells):
-        names = re.findall(r'save_figure\(\w+, "([a-z0-9-]+)"', cell.source)
-        if not names:
-            continue
-        meta = cell.metadata.get("mystnb", {})
-        caption = " ".join(meta.get("figure", {}).get("caption", "").split())
-        assert caption, f"cell {i} saves {names} without a figure caption"
-        assert meta.get("figure", {}).get("name", "").startswith("fig-"), f"cell {i} has no figure name"
-        assert meta.get("image", {}).get("alt"), f"cell {i} saves {names} without alt text"
-        # Readers in Jupyter see the same caption in the (site-hidden) markdown cell below the figure.
-        below = nb.cells[i + 1]
-        assert "remove-cell" in below.metadata.get("tags", []), f"cell {i + 1} should be the Jupyter caption"
-        shown = re.sub(r"^\*Figure [\d.A-Z]+\. (.*)\*$", r"\1", " ".join(below.source.split()))
-        assert shown == caption, f"cell {i + 1}'s caption differs from the figure's"
-        for name in names:
+    section = md.name.split("-")[0]
+    saving = [i for i, cell in enumerate(nb.cells) if SAVES.search(cell.source)]
+    assert saving == [i for i, cell in enumerate(nb.cells) if captions.is_figure(cell)], (
+        "figure metadata on a cell that saves no figure, or none on one that does")
+    shown = [i for i, cell in enumerate(nb.cells) if captions.caption(cell)]
+    assert shown == [i + 1 for i in saving], (
+        f"each figure cell should be followed by its caption cell, tagged {captions.TAG!r}, and only they")
+    for k, i in enumerate(saving, start=1):
+        meta = nb.cells[i].metadata["mystnb"]
+        assert meta["figure"].get("name", "").startswith("fig-"), f"cell {i} has no figure name"
+        assert "caption" not in meta["figure"], f"cell {i}: the caption belongs in the markdown cell below it, and only there"
+        assert meta.get("image", {}).get("alt"), f"cell {i} has no alt text"
+        below = captions.caption(nb.cells[i + 1])              # (section, k, text)
+        assert below[:2] == (section, k), f"cell {i + 1} is captioned Figure {below[0]}.{below[1]}, not {section}.{k}"
+        assert len(below[2]) > 10, f"cell {i + 1}'s caption is empty"
+        for name in SAVES.findall(nb.cells[i].source):
             for ext in ("svg", "png"):
                 assert (ROOT / "figures" / f"{name}.{ext}").exists(), f"figures/{name}.{ext} is missing"
 
@@ -92,7 +101,7 @@ def test_make_check_runs_the_notebook_its_structure_tests_and_its_helpers_tests(
     assert args[0] == f"notebooks/{stem}.ipynb"
     structure = [a for a in args if a.startswith("tests/test_notebooks.py::")]
     assert structure and all(a.endswith(f"[{stem}]") and a.split("::")[1].split("[")[0] in globals() for a in structure)
-    # 9.6 imports the package's own names, helpers.attention, .controls, .exercises, .models and .vision.
+    # 9.6 imports the package's own names, helpers.attention, .controls, .diagrams, .exercises, .models and .vision.
     assert [a for a in args[1:] if "::" not in a] == [
-        "tests/test_attention.py", "tests/test_controls.py", "tests/test_exercises.py", "tests/test_helpers.py",
-        "tests/test_models.py", "tests/test_vision.py"]
+        "tests/test_attention.py", "tests/test_controls.py", "tests/test_diagrams.py", "tests/test_exercises.py",
+        "tests/test_helpers.py", "tests/test_models.py", "tests/test_vision.py"]

@@ -87,13 +87,13 @@ def flat(text):
 
 
 def prose(md):
-    """Markdown cells, captions and alt text of a notebook source, whitespace collapsed."""
+    """Markdown cells (the captions among them: each is the markdown cell below its figure) and alt text
+    of a notebook source, whitespace collapsed."""
     parts = []
     for cell in jupytext.read(md).cells:
         if cell.cell_type == "markdown":
             parts.append(cell.source)
-        meta = cell.metadata.get("mystnb", {})
-        parts += [meta.get("figure", {}).get("caption", ""), meta.get("image", {}).get("alt", "")]
+        parts.append(cell.metadata.get("mystnb", {}).get("image", {}).get("alt", ""))
     return flat(" ".join(parts))
 
 
