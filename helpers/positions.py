@@ -59,7 +59,8 @@ def rope(x, base=10000.0, offset=0):
     """
     floating(x, "x")
     if x.dim() < 2 or x.shape[-1] % 2 or not x.shape[-1]:
-        raise ValueError(f"x must be (..., T, d) with d a positive even number (coordinates come in pairs), got shape {tuple(x.shape)}")
+        raise ValueError("x must be (..., T, d) with d a positive even number (coordinates come in pairs),"
+                         f" got shape {tuple(x.shape)}")
     offset = integer(offset, "offset")
     T, d = x.shape[-2:]
     wide = _wide(x.dtype)
