@@ -91,14 +91,14 @@ def softmax_jacobian(p):
     """Jacobian ``diag(p) - p p^T`` of the softmax at probabilities ``p``: ``(..., n) -> (..., n, n)``.
 
     ``p`` is a softmax's output: a real floating-point tensor whose last dimension holds probabilities,
-    non-negative and summing to 1 (within ``sqrt(eps) + n eps`` of its dtype, the rounding a softmax
-    leaves). Anything else is refused: the formula holds only at a softmax's output.
+    non-negative and summing to 1 within ``sqrt(eps) + n eps'``, where ``eps`` is its dtype's and
+    ``eps'`` that of the float32 (or wider) sum a softmax accumulates: the rounding a softmax leaves.
+    Anything else is refused: the formula holds only at a softmax's output.
     """
     floating(p, "p", min_dim=1)
     if p.isnan().any() or (p < 0).any():
         raise ValueError("p must hold probabilities, non-negative and not NaN (a softmax's output)")
-    eps = torch.finfo(p.dtype).eps
-    tolerance = eps**0.5 + p.shape[-1] * eps
+    tolerance = torch.finfo(p.dtype).eps ** 0.5 + p.shape[-1] * torch.finfo(torch.promote_types(p.dtype, torch.float32)).eps
     sums = p.double().sum(-1).flatten()
     worst = sums[(sums - 1).abs().argmax()].item() if sums.numel() else 1.0
     if not abs(worst - 1) <= tolerance:

@@ -31,7 +31,10 @@ def _axes(ax):
 
 def text_color(background):
     """"white" or "black", whichever contrasts more with ``background`` (WCAG contrast ratio)."""
-    lum = _luminance(to_rgb(background))
+    rgb = to_rgb(background)
+    if not all(0 <= c <= 1 for c in rgb):                   # matplotlib lets NaN components through
+        raise ValueError(f"background must be a colour with components in [0, 1], got {background!r}")
+    lum = _luminance(rgb)
     return "white" if (1.0 + 0.05) / (lum + 0.05) > (lum + 0.05) / 0.05 else "black"
 
 

@@ -157,7 +157,9 @@ KEPT = re.compile(r"(<!--.*?-->|(?:scale|matrix|rotate)\([^)]*\))", re.S)
 
 
 def round_coordinates(svg: str) -> str:
-    """Round every coordinate with three or more decimals in ``svg`` to two."""
+    """Round every coordinate with three or more decimals in ``svg`` (the text of an SVG file) to two."""
+    if not isinstance(svg, str):
+        raise ValueError(f"svg must be the SVG's text, a str, got {type(svg).__name__}")
     def short(match):
         value = round(float(match[0]), 2)
         return f"{value:.2f}".rstrip("0").rstrip(".") if value else "0"

@@ -28,7 +28,7 @@ def _positions(start, stop, dtype, device=None):
     exact = round(2 / torch.finfo(dtype).eps)                       # float32: every integer up to 2**24
     if max(abs(start), abs(stop - 1)) > exact:
         raise ValueError(f"positions {start}..{stop - 1} exceed {dtype}'s exact integers (2**{exact.bit_length() - 1});"
-                         " pass float64 input for longer sequences")
+                         " compute in float64 for longer sequences")
     return torch.arange(start, stop, dtype=dtype, device=device)
 
 

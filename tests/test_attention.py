@@ -145,3 +145,11 @@ def test_softmax_jacobian_takes_float32_softmax_outputs_and_empty_batches():
     assert J.shape == (31, 200, 40, 40)
     assert softmax_jacobian(torch.ones(0, 3)).shape == (0, 3, 3)
     assert softmax_jacobian(torch.tensor([1.0], dtype=torch.float16)).dtype == torch.float16
+
+
+def test_softmax_jacobian_tolerance_is_the_rounding_of_a_softmax_not_more():
+    for dtype in (torch.float16, torch.bfloat16):
+        p = torch.full((10000,), 1e-4, dtype=dtype)     # rounded, each 1e-4 sums to about 1
+        softmax_jacobian(torch.softmax(torch.randn(10000), 0).to(dtype))
+        with pytest.raises(ValueError, match="p must sum to 1"):
+            softmax_jacobian(p * 1.2)                   # n eps of float16 would have let 20% pass

@@ -142,3 +142,8 @@ def test_vit_input_draws_half_precision_images():
         assert torch.equal(torch.as_tensor(fig.axes[1].images[0].get_array()), img[:, :16, :16].float().permute(1, 2, 0))
     finally:
         plt.close(fig)
+
+
+def test_text_color_refuses_nan_components():
+    with pytest.raises(ValueError, match=r"background must be a colour with components in \[0, 1\]"):
+        text_color((float("nan"), 0.0, 0.0))            # was "black"

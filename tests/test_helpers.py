@@ -319,3 +319,9 @@ def test_a_failed_second_rename_puts_the_first_file_back(tmp_path, monkeypatch):
         helpers.save_figure(fig, "pair")                   # no old pair: neither file is left
     plt.close(fig)
     assert list((tmp_path / "new").iterdir()) == []
+
+
+def test_round_coordinates_takes_text_only():
+    assert plotting.round_coordinates('<path d="M 1.23456 -0.0001"/>') == '<path d="M 1.23 0"/>'
+    with pytest.raises(ValueError, match="svg must be the SVG's text, a str, got bytes"):
+        plotting.round_coordinates(b"<svg/>")
