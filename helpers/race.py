@@ -56,7 +56,8 @@ class Setup:
         for name in ("length", "batch", "steps", "test_size", "every"):
             positive_int(getattr(self, name), name)
         for name in ("seed", "data_seed", "test_seed"):
-            non_negative_int(getattr(self, name), name)
+            if non_negative_int(getattr(self, name), name) >= 2**64:       # what torch.manual_seed takes
+                raise ValueError(f"{name} must be below 2**64, got {getattr(self, name)}")
         positive_float(self.lr, "lr")
         if self.clip is not None:
             positive_float(self.clip, "clip")
@@ -208,6 +209,11 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
                     raise RuntimeError(f"race: training {name} failed: {error!r}") from error
                 _finite(name, results[name])
             return results
+        try:
+            pickle.dumps(run)
+        except Exception as error:
+            raise ValueError(f"run must be a module-level function when workers > 0 (the workers import it by"
+                             f" name), got {run!r}: {error}") from None
         return _race_in_processes(names, setup, workers, bar, stall, deadline, run)
     finally:
         bar.close()
@@ -268,7 +274,9 @@ def _race_in_processes(names, setup, workers, bar, stall, deadline, run):
 
 
 def _finite(name, result):
-    """``result``, unless its test MSE is not finite somewhere: then the lane failed."""
+    """``result``, unless it is not a ``Result`` or its test MSE is not finite somewhere: then the lane failed."""
+    if not isinstance(result, Result):
+        raise RuntimeError(f"race: training {name} failed: run returned {type(result).__name__}, not a Result")
     bad = [(s, v) for s, v in zip(result.steps, result.test_mse, strict=True) if not math.isfinite(v)]
     if bad:
         raise RuntimeError(f"race: training {name} failed: its test MSE is {bad[0][1]} at step {bad[0][0]}")

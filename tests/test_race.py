@@ -203,3 +203,16 @@ def test_race_refuses_a_string_of_names_a_foreign_setup_and_a_non_bool_progress(
         race(("GRU",), {"steps": 4})               # an AttributeError before
     with pytest.raises(ValueError, match="progress must be True or False"):
         race(("GRU",), SMALL, progress="no")
+
+
+def returns_none(name, setup, on_step):
+    return None
+
+
+def test_race_names_a_run_it_cannot_send_or_a_lane_that_returns_no_result():
+    with pytest.raises(ValueError, match="run must be a module-level function when workers > 0"):
+        race(("RNN",), SMALL, workers=1, progress=False, run=lambda n, s, o: run_one(n, s, o))
+    with pytest.raises(RuntimeError, match="race: training RNN failed: run returned NoneType, not a Result"):
+        race(("RNN",), SMALL, workers=0, progress=False, run=returns_none)     # an AttributeError before
+    with pytest.raises(ValueError, match=r"seed must be below 2\*\*64"):
+        Setup(seed=2**64)                          # "Overflow when unpacking long long" inside the lane before
