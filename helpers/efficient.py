@@ -16,14 +16,15 @@ def tiled_attention(q, k, v, tile, mask=None, is_causal=False):
     """Exact scaled dot-product attention that never holds more than ``tile`` keys' scores per query.
 
     Shapes: ``q (..., m, d_k)``, ``k (..., n, d_k)``, ``v (..., n, d_v)`` -> ``(..., m, d_v)``; the
-    leading dimensions broadcast. ``mask`` is boolean, broadcastable to ``(..., m, n)``, True where a
-    query may *not* see a key (as in ``helpers.attention``). ``is_causal`` hides key ``j > i`` from
-    query ``i`` (aligned top-left, as ``F.scaled_dot_product_attention``) without building a mask, and
-    skips the blocks that lie wholly in the future. ``q``, ``k`` and ``v`` are real floating point
-    (integer tensors are refused, as in ``helpers.attention``). A query that sees no key at all (a fully masked
-    row, or no keys) gets zeros, as in ``helpers.attention.attention`` and SDPA. The running maximum,
-    normalizer and weighted sum are kept in float32 (or wider) whatever the input's dtype, and only
-    the result is cast back: summed over thousands of keys in bfloat16 they would lose digits.
+    leading dimensions broadcast; ``q``, ``k`` and ``v`` are real floating point (integer tensors are
+    refused, as in ``helpers.attention``). ``mask`` is boolean and broadcasts to the scores
+    ``(..., m, n)`` without growing them, True where a query may *not* see a key (as in
+    ``helpers.attention``). ``is_causal`` hides key ``j > i`` from query ``i`` (aligned top-left, as
+    ``F.scaled_dot_product_attention``) without building a mask, and skips the blocks that lie wholly
+    in the future. A query that sees no key at all (a fully masked row, or no keys) gets zeros, as in
+    ``helpers.attention.attention`` and SDPA. The running maximum, normalizer and weighted sum are
+    kept in float32 (or wider) whatever the input's dtype, and only the result is cast back: summed
+    over thousands of keys in bfloat16 they would lose digits.
     """
     tile = positive_int(tile, "tile")
     is_causal = flag(is_causal, "is_causal")
