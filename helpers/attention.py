@@ -4,19 +4,26 @@ Masks follow ``torch.nn.MultiheadAttention``: a boolean tensor in which ``True``
 query may *not* attend to. A query that may attend to no key at all (a fully masked row, or no keys)
 gets all-zero weights and a zero output, as ``F.scaled_dot_product_attention`` does in torch 2.13;
 the softmax of a row of ``-inf`` alone would be NaN.
+
+A mask may hide keys but not add sequences: it must broadcast to the scores' shape without growing
+it. Integer input is refused: ``q``, ``k``, ``v`` (and ``softmax_jacobian``'s ``p``) must be real
+floating-point tensors, as ``F.scaled_dot_product_attention`` requires; computed in integers the
+weights would be truncated to zeros. Every helper of the chapter's attention and positions follows
+this one rule.
 """
 
 import torch
 
-from helpers.checks import integers, positive_int, tensor
+from helpers.checks import floating, integers, positive_int, tensor
 
 
 def attention(q, k, v, mask=None):
     """Scaled dot-product attention, written out; returns ``(outputs, weights)``.
 
-    Shapes: ``q (..., m, d_k)``, ``k (..., n, d_k)``, ``v (..., n, d_v)``, ``mask`` broadcastable
-    to ``(..., m, n)`` -> outputs ``(..., m, d_v)``, weights ``(..., m, n)``. A fully masked query
-    gets zero weights and a zero output. Half-precision inputs are computed in float32 and the
+    Shapes: ``q (..., m, d_k)``, ``k (..., n, d_k)``, ``v (..., n, d_v)``, real floating point;
+    ``mask`` broadcasts to the scores ``(..., m, n)`` without growing them -> outputs
+    ``(..., m, d_v)``, weights ``(..., m, n)``. A fully masked query gets zero weights and a zero
+    output. Half-precision inputs are computed in float32 and the
     results cast back: the scale comes before the product, so large entries do not overflow.
     """
     check_qkv(q, k, v)
@@ -32,24 +39,31 @@ def attention(q, k, v, mask=None):
 
 
 def check_qkv(q, k, v):
-    """Raise ``ValueError`` unless ``q (..., m, d_k)``, ``k (..., n, d_k)``, ``v (..., n, d_v)`` fit."""
+    """Raise ``ValueError`` unless ``q (..., m, d_k)``, ``k (..., n, d_k)``, ``v (..., n, d_v)`` fit:
+    real floating-point tensors, with ``d_k >= 1``."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        tensor(t, name, min_dim=2)                             # (tokens, features) at least
+        floating(t, name, min_dim=2)                           # (tokens, features) at least
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"queries and keys differ in width: {q.shape[-1]} != {k.shape[-1]}")
+    if q.shape[-1] == 0:
+        raise ValueError(f"queries and keys need at least one feature (the scale is 1/sqrt(d_k)), got shape {tuple(q.shape)}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"keys and values differ in number: {k.shape[-2]} != {v.shape[-2]}")
 
 
 def check_mask(mask, shape):
-    """Raise ``ValueError`` unless ``mask`` is boolean and broadcastable to ``shape`` (..., m, n)."""
+    """Raise ``ValueError`` unless ``mask`` is boolean and broadcasts to ``shape`` (..., m, n) without growing it."""
     tensor(mask, "mask")
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must be boolean (True hides a key), got {mask.dtype}")
+    shape = tuple(shape)
     try:
-        torch.broadcast_shapes(mask.shape, tuple(shape))
+        grown = torch.broadcast_shapes(mask.shape, shape)
     except RuntimeError:
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not fit scores of shape {tuple(shape)}") from None
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not fit scores of shape {shape}") from None
+    if tuple(grown) != shape:        # SDPA refuses this too: the mask would add sequences to the output
+        raise ValueError(f"mask of shape {tuple(mask.shape)} would broadcast the scores {shape} to {tuple(grown)};"
+                         " a mask may hide keys, not add sequences")
 
 
 def causal_mask(T, device=None):
@@ -74,6 +88,20 @@ def padding_mask(lengths, T):
 
 
 def softmax_jacobian(p):
-    """Jacobian ``diag(p) - p p^T`` of the softmax at probabilities ``p``: ``(..., n) -> (..., n, n)``."""
-    tensor(p, "p", min_dim=1)
+    """Jacobian ``diag(p) - p p^T`` of the softmax at probabilities ``p``: ``(..., n) -> (..., n, n)``.
+
+    ``p`` is a softmax's output: a real floating-point tensor whose last dimension holds probabilities,
+    non-negative and summing to 1 within ``sqrt(eps) + n eps'``, where ``eps`` is its dtype's and
+    ``eps'`` that of the float32 (or wider) sum a softmax accumulates: the rounding a softmax leaves.
+    Anything else is refused: the formula holds only at a softmax's output.
+    """
+    floating(p, "p", min_dim=1)
+    if p.isnan().any() or (p < 0).any():
+        raise ValueError("p must hold probabilities, non-negative and not NaN (a softmax's output)")
+    tolerance = torch.finfo(p.dtype).eps ** 0.5 + p.shape[-1] * torch.finfo(torch.promote_types(p.dtype, torch.float32)).eps
+    sums = p.double().sum(-1).flatten()
+    worst = sums[(sums - 1).abs().argmax()].item() if sums.numel() else 1.0
+    if not abs(worst - 1) <= tolerance:
+        raise ValueError(f"p must sum to 1 along its last dimension (a softmax's output), within {tolerance:.1g};"
+                         f" a row of {p.shape[-1]} sums to {worst:.6g}")
     return torch.diag_embed(p) - p[..., :, None] * p[..., None, :]

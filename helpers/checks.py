@@ -63,9 +63,31 @@ def tensor(value, name, min_dim=0):
     return value
 
 
+def floating(value, name, min_dim=0):
+    """A real floating-point ``torch.Tensor`` (float16, bfloat16, float32, float64) with at least ``min_dim``
+    dimensions. Integer, bool and complex tensors are refused, as ``F.scaled_dot_product_attention``
+    refuses them: computed in integers, weights and angles would be truncated to whole numbers."""
+    tensor(value, name, min_dim)
+    if not value.is_floating_point():
+        raise ValueError(f"{name} must be a real floating-point tensor (convert it with .float()), got {value.dtype}")
+    return value
+
+
+def floating_dtype(value, name):
+    """A real floating-point ``torch.dtype``: ``torch.float32`` and the like, not ``"float32"`` or ``np.float32``."""
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ValueError(f"{name} must be a real floating-point torch dtype such as torch.float64, got {value!r}")
+    return value
+
+
 def integers(value, name):
-    """A tensor of integers, from a tensor, list or array of integers; floats are refused, even whole ones."""
+    """A tensor of integers, from a tensor, list or array of integers; floats are refused, even whole ones.
+
+    An empty list is an empty tensor of integers (``torch.as_tensor([])`` alone would be float32)."""
+    given = value
     value = torch.as_tensor(value)
+    if value.numel() == 0 and not hasattr(given, "dtype"):
+        value = value.long()
     if value.dtype == torch.bool or value.is_floating_point() or value.is_complex():
         raise ValueError(f"{name} must be integers, got dtype {value.dtype}")
     return value

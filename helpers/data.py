@@ -5,12 +5,21 @@ import torch
 from helpers.checks import positive_int
 
 
+def _generator(generator):
+    """A ``torch.Generator``, or None for PyTorch's global one (an int seed is refused, not used)."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}:"
+                         " pass torch.Generator().manual_seed(seed)")
+    return generator
+
+
 def reversal_batch(batch, length, generator, digits=10):
     """A batch of digit strings and their reversals: ``(source, target)``, each ``(batch, length)``.
 
     The true alignment is known: target position ``t`` copies source position ``length - 1 - t``.
     """
     batch, length, digits = positive_int(batch, "batch"), positive_int(length, "length"), positive_int(digits, "digits")
+    generator = _generator(generator)
     if digits < 2:
         raise ValueError(f"need at least two digits, got {digits}")
     source = torch.randint(digits, (batch, length), generator=generator)
@@ -25,6 +34,7 @@ def adding_problem_batch(batch, length, generator):
     predicts the mean, 1, has a mean squared error of Var(u1 + u2) = 1/6.
     """
     batch, length = positive_int(batch, "batch"), positive_int(length, "length")
+    generator = _generator(generator)
     if length < 2 or length % 2:
         raise ValueError(f"length must be a positive even number (one marker per half), got {length}")
     values = torch.rand(batch, length, generator=generator)

@@ -7,10 +7,11 @@ reads as the call and the figure.
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.patches import FancyBboxPatch
 
-from helpers.checks import positive_int, tensor
+from helpers.checks import floating, positive_int, tensor
 from helpers.plotting import PALETTE
 from helpers.vision import patches
 
@@ -21,9 +22,19 @@ def _luminance(rgb):
     return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 
 
+def _axes(ax):
+    """``ax`` itself, if it is a matplotlib ``Axes`` (as ``plt.subplots`` gives)."""
+    if not isinstance(ax, Axes):
+        raise ValueError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
+    return ax
+
+
 def text_color(background):
     """"white" or "black", whichever contrasts more with ``background`` (WCAG contrast ratio)."""
-    lum = _luminance(to_rgb(background))
+    rgb = to_rgb(background)
+    if not all(0 <= c <= 1 for c in rgb):                   # matplotlib lets NaN components through
+        raise ValueError(f"background must be a colour with components in [0, 1], got {background!r}")
+    lum = _luminance(rgb)
     return "white" if (1.0 + 0.05) / (lum + 0.05) > (lum + 0.05) / 0.05 else "black"
 
 
@@ -32,12 +43,18 @@ def annotated_heatmap(ax, values, fmt="{:.2f}", fontsize=7, **style):
 
     ``fmt`` is a format string (``"{:.2f}"``) or a function from the value to its label. Each label is
     white or black, whichever contrasts more with its cell's colour, taken from the colormap. NaN
-    cells, which ``imshow`` leaves blank, get no label: mask a matrix with NaN to hide cells. Returns
-    the image, for a colorbar.
+    cells, which ``imshow`` leaves blank, get no label: mask a matrix with NaN to hide cells. Complex
+    values are refused (``imshow`` would drop their imaginary part). Returns the image, for a colorbar.
     """
+    _axes(ax)
+    if values.is_complex() if isinstance(values, torch.Tensor) else np.iscomplexobj(values):
+        raise ValueError("values must be real numbers, got complex ones: draw their .abs() or .real")
     if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().numpy()
-    values = np.asarray(values, dtype=float)
+        values = values.detach().cpu().to(torch.float64).numpy()          # bfloat16 has no NumPy twin
+    try:
+        values = np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"values must be a matrix of real numbers: {error}") from None
     if values.ndim != 2 or not values.size:
         raise ValueError(f"values must be a non-empty (rows, cols) matrix, got shape {values.shape}")
     label = fmt.format if isinstance(fmt, str) else fmt
@@ -47,7 +64,11 @@ def annotated_heatmap(ax, values, fmt="{:.2f}", fontsize=7, **style):
     for (i, j), v in np.ndenumerate(values):
         if not np.isnan(v):
             color = text_color(image.cmap(image.norm(v)))
-            ax.text(j, i, label(v), ha="center", va="center", fontsize=fontsize, color=color)
+            try:
+                text = label(v)
+            except (TypeError, ValueError, IndexError, KeyError) as error:
+                raise ValueError(f"fmt {fmt!r} cannot format the value {v}: {error}") from None
+            ax.text(j, i, text, ha="center", va="center", fontsize=fontsize, color=color)
     return image
 
 
@@ -56,9 +77,10 @@ def mask_grid(ax, mask, title):
 
     True means hidden, as in ``helpers.attention.causal_mask``.
     """
+    _axes(ax)
     if tensor(mask, "mask").dim() != 2 or mask.dtype != torch.bool:
         raise ValueError(f"mask must be a (queries, keys) bool tensor, got {mask.dtype} of shape {tuple(mask.shape)}")
-    ax.imshow((~mask).numpy(), cmap=ListedColormap(["white", PALETTE["blue"]]), vmin=0, vmax=1)
+    ax.imshow((~mask).cpu().numpy(), cmap=ListedColormap(["white", PALETTE["blue"]]), vmin=0, vmax=1)
     ax.set_xticks([])                                    # no major ticks: one at 2.5 would hide that gridline
     ax.set_yticks([])
     ax.set_xticks(np.arange(mask.shape[1]) - 0.5, minor=True)
@@ -76,7 +98,7 @@ def block_diagram(ax):
     The residual stream runs up the left from the input $x$ to the output $x'$; two branches leave it,
     LayerNorm then multi-head attention and LayerNorm then MLP, each added back at a plus sign.
     """
-    ax.set(xlim=(0, 1), ylim=(0, 1), aspect="auto")
+    _axes(ax).set(xlim=(0, 1), ylim=(0, 1), aspect="auto")
     ax.axis("off")
     stream_x, box_x = 0.25, 0.68
 
@@ -107,10 +129,17 @@ def vit_input(img, P, cls_color=PALETTE["orange"]):
     """A figure of a ViT's input: ``img (3, S, S)`` on its grid of ``P x P`` patches, the patches pulled
     apart in raster order, and the token sequence, a class token followed by the flattened patches.
 
-    Laid out in inches for up to 7 x 7 patches (the sequence in lines of 25 tokens); returns the figure.
+    ``img`` holds real floating-point values in ``[0, 1]``, as ``helpers.vision.sample_image`` gives
+    (convert 8-bit images with ``img / 255``). Laid out in inches for up to 7 x 7 patches (the sequence
+    in lines of 25 tokens); returns the figure.
     """
-    if tensor(img, "img").dim() != 3 or img.shape[0] != 3 or img.shape[1] != img.shape[2]:
+    if floating(img, "img").dim() != 3 or img.shape[0] != 3 or img.shape[1] != img.shape[2]:
         raise ValueError(f"img must be a square RGB image (3, S, S), got shape {tuple(img.shape)}")
+    if not ((img >= 0) & (img <= 1)).all():
+        raise ValueError("img's values must lie in [0, 1] (and not be NaN), as imshow draws them")
+    if img.dtype in (torch.float16, torch.bfloat16):
+        img = img.float()                                    # NumPy and imshow take float32
+    img = img.detach().cpu()
     P, S = positive_int(P, "P"), img.shape[-1]
     tokens = patches(img, P)                                 # (n * n, 3, P, P) in raster order; checks P
     n = S // P

@@ -16,13 +16,15 @@ def tiled_attention(q, k, v, tile, mask=None, is_causal=False):
     """Exact scaled dot-product attention that never holds more than ``tile`` keys' scores per query.
 
     Shapes: ``q (..., m, d_k)``, ``k (..., n, d_k)``, ``v (..., n, d_v)`` -> ``(..., m, d_v)``; the
-    leading dimensions broadcast. ``mask`` is boolean, broadcastable to ``(..., m, n)``, True where a
-    query may *not* see a key (as in ``helpers.attention``). ``is_causal`` hides key ``j > i`` from
-    query ``i`` (aligned top-left, as ``F.scaled_dot_product_attention``) without building a mask, and
-    skips the blocks that lie wholly in the future. A query that sees no key at all (a fully masked
-    row, or no keys) gets zeros, as in ``helpers.attention.attention`` and SDPA. The running maximum,
-    normalizer and weighted sum are kept in float32 (or wider) whatever the input's dtype, and only
-    the result is cast back: summed over thousands of keys in bfloat16 they would lose digits.
+    leading dimensions broadcast; ``q``, ``k`` and ``v`` are real floating point (integer tensors are
+    refused, as in ``helpers.attention``). ``mask`` is boolean and broadcasts to the scores
+    ``(..., m, n)`` without growing them, True where a query may *not* see a key (as in
+    ``helpers.attention``). ``is_causal`` hides key ``j > i`` from query ``i`` (aligned top-left, as
+    ``F.scaled_dot_product_attention``) without building a mask, and skips the blocks that lie wholly
+    in the future. A query that sees no key at all (a fully masked row, or no keys) gets zeros, as in
+    ``helpers.attention.attention`` and SDPA. The running maximum, normalizer and weighted sum are
+    kept in float32 (or wider) whatever the input's dtype, and only the result is cast back: summed
+    over thousands of keys in bfloat16 they would lose digits.
     """
     tile = positive_int(tile, "tile")
     is_causal = flag(is_causal, "is_causal")
@@ -60,7 +62,18 @@ def tiled_attention(q, k, v, tile, mask=None, is_causal=False):
 
 
 def naive_attention(q, k, v):
-    """Scaled dot-product attention that materializes all scores: ``(..., T, d) -> (..., T, d_v)``."""
+    """Scaled dot-product attention that materializes all scores: ``(..., T, d) -> (..., T, d_v)``.
+
+    A float32 (or float64) teaching baseline, written as the formula reads: ``q``, ``k`` and ``v``
+    share one of those dtypes. Half precision is refused: there ``q k^T`` overflows float16 at
+    scores that float32 holds easily, and the softmax of ``inf - inf`` is NaN. ``attention`` and
+    ``tiled_attention`` compute half-precision input in float32.
+    """
     check_qkv(q, k, v)
+    if q.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"naive_attention is a float32 teaching baseline, got {q.dtype}: for half precision"
+                         " use attention or tiled_attention, which compute in float32")
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
     s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5          # (..., T, T): the memory we want to avoid
     return torch.softmax(s, dim=-1) @ v

@@ -3,7 +3,7 @@
 import io
 import os
 import re
-import tempfile
+import secrets
 from pathlib import Path
 
 import matplotlib as mpl
@@ -69,47 +69,84 @@ def figures_dir() -> Path | None:
     return None
 
 
+NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
 def save_figure(fig, name: str, png: bool = True) -> Path | None:
     """Write ``fig`` to ``figures/NAME.svg`` (and ``.png``); return the SVG's path (None outside a checkout).
 
     ``name`` is a stable, lower-case, hyphenated name such as ``"unit-circle-lookup"`` (a trailing
-    ``.svg`` is dropped). Both files are written to temporary names in the folder first and then
-    renamed over the old ones, so a failed write leaves the previous pair whole; missing folders are
-    created. A failure raises ``OSError`` naming the folder and where it came from.
+    ``.svg`` is dropped; any other dot is refused). Both files are written to temporary names in the
+    folder first and then renamed over the old ones, so a failed write leaves the previous pair whole:
+    what is in the way (a directory named ``NAME.png``) is found before anything is written, and if
+    the second rename fails all the same, the first file's old version is put back. Missing folders
+    are created; the files get the mode the umask gives, as any file the user writes. A failure
+    raises ``OSError`` naming the folder and where it came from.
     """
+    given = name
     if isinstance(name, str) and name.endswith(".svg"):
         name = name[: -len(".svg")]
-    if not isinstance(name, str) or not name or name[0] in "-." or not all(c.islower() or c.isdigit() or c in "-." for c in name):
-        raise ValueError(f"figure name must be lower-case letters, digits and hyphens, got {name!r}")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ValueError("figure name must be lower-case ASCII letters, digits and hyphens"
+                         f" (.svg and .png are added), got {given!r}")
+    if not isinstance(png, bool):
+        raise ValueError(f"png must be True or False, got {png!r}")
     if not hasattr(fig, "savefig"):
         raise ValueError(f"expected a matplotlib figure, got {type(fig).__name__}")
     folder = figures_dir()
     if folder is None:  # outside a checkout: the notebook shows the figure, nothing is written
         return None
     files = {"svg": {"Date": None}, **({"png": {"Software": None}} if png else {})}    # format: metadata
-    temps = {}
+    targets = {fmt: folder / f"{name}.{fmt}" for fmt in files}
+    temps, backups = {}, {}
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        for target in targets.values():                   # before anything is written
+            if target.exists() and not target.is_file():
+                raise OSError(f"{target} is {'a directory' if target.is_dir() else 'not a regular file'}")
         for fmt, metadata in files.items():
-            handle, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=f".{fmt}", dir=folder)
-            os.close(handle)
-            temps[fmt] = Path(temp)
+            temps[fmt] = _new_file(folder / f".{name}.{secrets.token_hex(6)}.{fmt}")
             if fmt == "svg":
                 buffer = io.BytesIO()
                 fig.savefig(buffer, format=fmt, metadata=metadata)
                 temps[fmt].write_text(round_coordinates(buffer.getvalue().decode()))
             else:
-                fig.savefig(temp, format=fmt, metadata=metadata)
-        for fmt, temp in temps.items():
-            os.replace(temp, folder / f"{name}.{fmt}")       # both files exist: rename them in turn
+                fig.savefig(temps[fmt], format=fmt, metadata=metadata)
+        existed = {fmt for fmt, target in targets.items() if target.exists()}
+        for fmt, target in targets.items():               # keep the old files under a second name
+            if fmt in existed:
+                backup = folder / f".{name}.{secrets.token_hex(6)}.old.{fmt}"
+                try:
+                    os.link(target, backup)
+                    backups[fmt] = backup
+                except OSError:                           # no hard links on this file system
+                    pass
+        done = []
+        try:
+            for fmt, temp in temps.items():
+                os.replace(temp, targets[fmt])            # both files exist: rename them in turn
+                done.append(fmt)
+        except OSError:
+            for fmt in done:                              # put the old version back (or remove the new one)
+                if fmt in backups:
+                    os.replace(backups[fmt], targets[fmt])
+                elif fmt not in existed:
+                    targets[fmt].unlink()
+            raise
         temps.clear()
     except OSError as error:
         where = ("BOOK_FIGURES" if os.environ.get("BOOK_FIGURES") else "the repository's figures/ (BOOK_FIGURES overrides it)")
         raise OSError(f"cannot write figure {name!r} to {folder} (from {where}): {error}") from error
     finally:
-        for temp in temps.values():
+        for temp in (*temps.values(), *backups.values()):
             temp.unlink(missing_ok=True)
     return folder / f"{name}.svg"
+
+
+def _new_file(path):
+    """Create the empty file ``path`` (never an existing one) with the mode the umask gives; return it."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    return path
 
 
 # matplotlib writes SVG coordinates with 6 decimals, so a figure computed on another CPU, whose floats
@@ -120,7 +157,9 @@ KEPT = re.compile(r"(<!--.*?-->|(?:scale|matrix|rotate)\([^)]*\))", re.S)
 
 
 def round_coordinates(svg: str) -> str:
-    """Round every coordinate with three or more decimals in ``svg`` to two."""
+    """Round every coordinate with three or more decimals in ``svg`` (the text of an SVG file) to two."""
+    if not isinstance(svg, str):
+        raise ValueError(f"svg must be the SVG's text, a str, got {type(svg).__name__}")
     def short(match):
         value = round(float(match[0]), 2)
         return f"{value:.2f}".rstrip("0").rstrip(".") if value else "0"

@@ -3,33 +3,50 @@
 Positions and angles are computed in float32 or wider, whatever the requested or input dtype, and
 only the result is cast: in float16 the position 4095 is stored as 4096, and an angle of thousands of
 radians keeps no digit of its fraction, so a table computed in half precision is wrong by whole units.
+The positions themselves must be whole numbers that dtype holds exactly (up to 2**24 in float32).
+
+Integer input is refused, as ``F.scaled_dot_product_attention`` refuses it (and as
+``helpers.attention`` does): ``rope``'s ``x`` must be a real floating-point tensor and every
+requested ``dtype`` a real floating-point torch dtype; rotated or tabulated in integers, sines and
+cosines would be truncated to whole numbers.
 """
 
 import math
 
 import torch
 
-from helpers.checks import finite_float, flag, integer, integers, positive_int, tensor
+from helpers.checks import finite_float, flag, floating, floating_dtype, integer, integers, positive_int
 
 
 def _wide(dtype):
     """The dtype to compute positions and angles in: ``dtype`` itself if it is float32 or wider."""
-    return torch.promote_types(dtype, torch.float32)
+    return torch.promote_types(floating_dtype(dtype, "dtype"), torch.float32)
+
+
+def _positions(start, stop, dtype, device=None):
+    """``start, ..., stop - 1`` in ``dtype``, refused where ``dtype`` cannot hold them exactly."""
+    exact = round(2 / torch.finfo(dtype).eps)                       # float32: every integer up to 2**24
+    if max(abs(start), abs(stop - 1)) > exact:
+        raise ValueError(f"positions {start}..{stop - 1} exceed {dtype}'s exact integers (2**{exact.bit_length() - 1});"
+                         " compute in float64 for longer sequences")
+    return torch.arange(start, stop, dtype=dtype, device=device)
 
 
 def frequencies(d, base=10000.0, dtype=torch.float64):
-    """The ``d/2`` angular frequencies ``omega_j = base^(-2j/d)`` shared by both encodings."""
+    """The ``d/2`` angular frequencies ``omega_j = base^(-2j/d)`` shared by both encodings, in ``dtype``
+    (computed in float32 or wider)."""
     if positive_int(d, "d") % 2:
         raise ValueError(f"the width d must be a positive even int (coordinates come in pairs), got {d!r}")
     if finite_float(base, "base") <= 1:
         raise ValueError(f"base must be greater than 1, got {base}")
-    return base ** (-torch.arange(0, d, 2, dtype=dtype) / d)
+    wide = _wide(dtype)
+    return (base ** (-torch.arange(0, d, 2, dtype=wide) / d)).to(dtype)
 
 
 def sinusoidal(T, d, base=10000.0, dtype=torch.float64):
     """``(T, d)`` table: ``p[t, 2j] = sin(omega_j t)``, ``p[t, 2j+1] = cos(omega_j t)``, in ``dtype``."""
     T, wide = positive_int(T, "T"), _wide(dtype)
-    angle = torch.arange(T, dtype=wide)[:, None] * frequencies(d, base, wide)      # (T, d/2)
+    angle = _positions(0, T, wide)[:, None] * frequencies(d, base, wide)      # (T, d/2)
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2).to(dtype)
 
 
@@ -37,16 +54,18 @@ def rope(x, base=10000.0, offset=0):
     """Rotate each coordinate pair ``(2j, 2j+1)`` of the row for position ``t`` by ``t * omega_j``.
 
     ``x (..., T, d) -> (..., T, d)``; positions start at ``offset`` (for a key-value cache). Half
-    precision input is rotated in float32 and the result rounded once, to ``x``'s dtype.
+    precision input is rotated in float32 and the result rounded once, to ``x``'s dtype. ``x`` must
+    be real floating point, with ``d`` even.
     """
-    tensor(x, "x")
-    if x.dim() < 2:
-        raise ValueError(f"x must be (..., T, d), got shape {tuple(x.shape)}")
+    floating(x, "x")
+    if x.dim() < 2 or x.shape[-1] % 2 or not x.shape[-1]:
+        raise ValueError("x must be (..., T, d) with d a positive even number (coordinates come in pairs),"
+                         f" got shape {tuple(x.shape)}")
     offset = integer(offset, "offset")
     T, d = x.shape[-2:]
     wide = _wide(x.dtype)
     omega = frequencies(d, base, wide).to(x.device)
-    angle = torch.arange(offset, offset + T, dtype=wide, device=x.device)[:, None] * omega     # (T, d/2)
+    angle = _positions(offset, offset + T, wide, x.device)[:, None] * omega     # (T, d/2)
     cos, sin = angle.cos(), angle.sin()
     even, odd = x[..., 0::2].to(wide), x[..., 1::2].to(wide)
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2).to(x.dtype)
@@ -73,7 +92,9 @@ def t5_bucket(offset, bidirectional=True, buckets=32, max_distance=128):
         raise ValueError(f"buckets must be an even number >= 4 (bidirectional) or >= 2 (causal), got {buckets}")
     if max_distance <= exact:
         raise ValueError(f"max_distance must exceed the {exact} exact offsets, got {max_distance}")
-    offset = offset.long()
+    # Every offset of max_distance or more shares the last bucket; clamping first keeps -2**63 (whose
+    # absolute value is itself in int64) from giving a negative bucket.
+    offset = offset.long().clamp(-max_distance, max_distance)
     if bidirectional:
         base = (offset > 0).long() * per_direction         # keys after the query use the upper half
         distance = offset.abs()
@@ -94,6 +115,7 @@ def alibi_slopes(heads, dtype=torch.float64):
     as in the paper's code.
     """
     heads = positive_int(heads, "heads")
+    floating_dtype(dtype, "dtype")
 
     def geometric(n):
         return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
@@ -110,7 +132,7 @@ def alibi_bias(T, heads, dtype=torch.float64):
     scores before the softmax. Nothing is learned and every length ``T`` has a bias.
     """
     T, wide = positive_int(T, "T"), _wide(dtype)
-    pos = torch.arange(T, dtype=wide)
+    pos = _positions(0, T, wide)
     distance = (pos[:, None] - pos[None, :]).abs()                  # (T, T)
     bias = 0.0 - alibi_slopes(heads, wide)[:, None, None] * distance      # 0.0 - ...: no -0.0 on the diagonal
     return bias.to(dtype)

@@ -5,8 +5,10 @@ One thread per process makes each model's run bit-for-bit reproducible on a give
 thread count the notebook itself uses.
 """
 
+import math
 import multiprocessing as mp
 import os
+import pickle
 import queue as queues
 import signal
 import sys
@@ -19,7 +21,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from helpers.checks import non_negative_int, positive_float, positive_int
+from helpers.checks import flag, non_negative_int, positive_float, positive_int
 from helpers.data import adding_problem_batch
 from helpers.models import AddingTransformer, RecurrentRegressor
 from helpers.train import train_and_evaluate
@@ -54,7 +56,8 @@ class Setup:
         for name in ("length", "batch", "steps", "test_size", "every"):
             positive_int(getattr(self, name), name)
         for name in ("seed", "data_seed", "test_seed"):
-            non_negative_int(getattr(self, name), name)
+            if non_negative_int(getattr(self, name), name) >= 2**64:       # what torch.manual_seed takes
+                raise ValueError(f"{name} must be below 2**64, got {getattr(self, name)}")
         positive_float(self.lr, "lr")
         if self.clip is not None:
             positive_float(self.clip, "clip")
@@ -99,13 +102,18 @@ def run_one(name, setup, on_step=None):
     model = MODELS[name]()
     data = torch.Generator().manual_seed(setup.data_seed)
     x_test, y_test = test_set(setup)
-    readout = []
+    readout, evaluated = [], []
 
     def evaluate(m):
         # The attention is read only, so the training run and its test MSE are the same with or without it.
         if isinstance(m, AddingTransformer):
             readout.append(m(x_test[:1], need_weights=True)[1][0, :, 1:].numpy().copy())
-        return F.mse_loss(m(x_test), y_test).item()
+        value = F.mse_loss(m(x_test), y_test).item()
+        if not math.isfinite(value):        # the lane has failed, even if its training loss is finite
+            step = min(len(evaluated) * setup.every, setup.steps)      # evaluations: 0, every, ..., steps
+            raise FloatingPointError(f"the test MSE of {name} is {value} at step {step}")
+        evaluated.append(value)
+        return value
 
     steps, mse = train_and_evaluate(
         model,
@@ -139,7 +147,16 @@ def _lane(run, name, setup, report_every):
         if step % report_every == 0:
             _channel.put(("progress", name, report_every))
 
-    return run(name, setup, on_step)
+    try:
+        return run(name, setup, on_step)
+    except Exception as error:
+        try:
+            pickle.loads(pickle.dumps(error))
+        except Exception:
+            # The pool would send back the pickling error instead, or break unpickling it: send the text.
+            raise RuntimeError(f"{type(error).__name__}: {error} (raised in the worker; it could not be"
+                               " pickled to be sent back)") from None
+        raise
 
 
 def _stop(pids):
@@ -160,11 +177,16 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
 
     A watchdog ends the workers and raises ``TimeoutError`` naming the model (the lane) when a started
     model reports no progress for ``stall`` seconds, or when the whole race passes ``deadline``
-    seconds (None: no deadline). A model whose training raises, or whose worker dies, stops the race
-    with a ``RuntimeError`` naming it. ``run(name, setup, on_step) -> Result`` is ``run_one`` unless a
+    seconds (None: no deadline). A model whose training raises (a NaN loss, say), whose test MSE is
+    not finite, or whose worker dies, stops the race with a ``RuntimeError`` naming it, also with
+    ``workers=0``. ``run(name, setup, on_step) -> Result`` is ``run_one`` unless a
     test replaces it (with a module-level function: the workers import it by name).
     """
-    setup = setup or Setup()
+    setup = Setup() if setup is None else setup
+    if not isinstance(setup, Setup):
+        raise ValueError(f"setup must be a helpers.race.Setup, got {type(setup).__name__}")
+    if isinstance(names, str):
+        raise ValueError(f"names must be a sequence of model names such as ({names!r},), got the string {names!r}")
     names = tuple(names)
     unknown = [n for n in names if n not in MODELS]
     if unknown or not names:
@@ -174,11 +196,24 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
     workers = (os.cpu_count() or 1) if workers is None else non_negative_int(workers, "workers")
     stall = positive_float(stall, "stall")
     deadline = None if deadline is None else positive_float(deadline, "deadline")
+    flag(progress, "progress")
     bar = tqdm(total=len(names) * setup.steps, desc="race", file=sys.stderr, mininterval=5.0,
                leave=False, disable=not progress)
     try:
         if workers == 0:
-            return {name: run(name, setup, lambda step: bar.update(1)) for name in names}
+            results = {}
+            for name in names:
+                try:
+                    results[name] = run(name, setup, lambda step: bar.update(1))
+                except Exception as error:
+                    raise RuntimeError(f"race: training {name} failed: {error!r}") from error
+                _finite(name, results[name])
+            return results
+        try:
+            pickle.dumps(run)
+        except Exception as error:
+            raise ValueError(f"run must be a module-level function when workers > 0 (the workers import it by"
+                             f" name), got {run!r}: {error}") from None
         return _race_in_processes(names, setup, workers, bar, stall, deadline, run)
     finally:
         bar.close()
@@ -191,23 +226,30 @@ def _race_in_processes(names, setup, workers, bar, stall, deadline, run):
     pool = ProcessPoolExecutor(min(workers, len(names)), mp_context=ctx, initializer=_start_worker, initargs=(channel,))
     jobs = {name: pool.submit(_lane, run, name, setup, report_every)
             for name in sorted(names, key=lambda n: SLOWEST_FIRST.index(n) if n in SLOWEST_FIRST else len(SLOWEST_FIRST))}
-    pids, heard = set(), {}                 # worker ids; when each started model last reported
+    pids, heard, lanes, processes = set(), {}, {}, {}   # worker ids; when each model last reported; its worker
     began = last = time.monotonic()
     finished = False
+
+    def read(message):
+        kind, name, payload = message
+        if kind in ("worker", "start"):
+            pids.add(payload)
+        if kind == "start":
+            lanes[name] = payload
+        if name is not None:
+            heard[name] = time.monotonic()
+        if kind == "progress":
+            bar.update(payload)
+
     try:
         while not all(job.done() for job in jobs.values()):
             try:
-                kind, name, payload = channel.get(timeout=0.5)
+                read(channel.get(timeout=0.5))
                 last = time.monotonic()
-                if kind in ("worker", "start"):
-                    pids.add(payload)
-                if name is not None:
-                    heard[name] = last
-                if kind == "progress":
-                    bar.update(payload)
             except queues.Empty:
                 pass
-            _raise_failures(jobs, heard)
+            processes.update(getattr(pool, "_processes", None) or {})    # to read a dead worker's exit code
+            _raise_failures(jobs, channel, read, lanes, processes)
             now = time.monotonic()
             running = [n for n, job in jobs.items() if not job.done()]
             silent = [n for n in running if n in heard and now - heard[n] > stall]
@@ -217,9 +259,10 @@ def _race_in_processes(names, setup, workers, bar, stall, deadline, run):
                 raise TimeoutError(f"race: no progress from {', '.join(silent)} for {stall:g} s; its worker was stopped")
             if deadline is not None and now - began > deadline:
                 raise TimeoutError(f"race: {', '.join(running)} still running after the {deadline:g} s deadline; stopped")
-        _raise_failures(jobs, heard)
+        _raise_failures(jobs, channel, read, lanes, processes)
+        results = {name: _finite(name, jobs[name].result()) for name in names}
         finished = True
-        return {name: jobs[name].result() for name in names}
+        return results
     finally:
         if not finished:
             # Workers that never reported (stuck starting) are ended too: Python 3.11's executor has no
@@ -230,12 +273,46 @@ def _race_in_processes(names, setup, workers, bar, stall, deadline, run):
         channel.cancel_join_thread()
 
 
-def _raise_failures(jobs, heard):
-    """Raise for the first model whose job failed, naming it (or, if a worker died, the models it ran)."""
+def _finite(name, result):
+    """``result``, unless it is not a ``Result`` or its test MSE is not finite somewhere: then the lane failed."""
+    if not isinstance(result, Result):
+        raise RuntimeError(f"race: training {name} failed: run returned {type(result).__name__}, not a Result")
+    bad = [(s, v) for s, v in zip(result.steps, result.test_mse, strict=True) if not math.isfinite(v)]
+    if bad:
+        raise RuntimeError(f"race: training {name} failed: its test MSE is {bad[0][1]} at step {bad[0][0]}")
+    return result
+
+
+def _raise_failures(jobs, channel, read, lanes, processes):
+    """Raise for the first model whose job failed, naming it (or, if a worker died, the model it ran)."""
     for name, job in jobs.items():
         error = job.exception() if job.done() else None
         if isinstance(error, BrokenProcessPool):
-            lost = [n for n in heard if jobs[n].done() and isinstance(jobs[n].exception(), BrokenProcessPool)] or [name]
-            raise RuntimeError(f"race: a worker died while training {', '.join(lost)}") from error
+            raise RuntimeError(f"race: {_who_died(jobs, channel, read, lanes, processes)}") from error
         if error is not None:
             raise RuntimeError(f"race: training {name} failed: {error!r}") from error
+
+
+def _who_died(jobs, channel, read, lanes, processes):
+    """Which lane's worker died. When one worker dies the pool fails every job still running and ends
+    the other workers with SIGTERM, so the lane whose worker ended otherwise is the one that died."""
+    while True:                                          # the lanes' last "start" messages
+        try:
+            read(channel.get_nowait())
+        except (queues.Empty, OSError, ValueError):
+            break
+    broken = [n for n, job in jobs.items() if job.done() and isinstance(job.exception(), BrokenProcessPool)]
+    ended = {}
+    for name in broken:
+        process = processes.get(lanes.get(name))
+        if process is not None:
+            process.join(5)
+            ended[name] = process.exitcode
+    dead = {n: code for n, code in ended.items() if code is not None and code != -signal.SIGTERM}
+    if not dead and len(broken) == 1:
+        dead = {broken[0]: ended.get(broken[0])}     # its start message may have died with it
+    if not dead:
+        return f"a worker died while training one of {', '.join(broken)}"
+    how = {n: "" if code is None else f" (killed by signal {-code})" if code < 0 else f" (exit code {code})"
+           for n, code in dead.items()}
+    return f"{'a worker' if len(dead) == 1 else 'workers'} died while training " + ", ".join(n + how[n] for n in dead)

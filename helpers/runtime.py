@@ -1,16 +1,21 @@
 """Seeding and device choice, so every notebook starts from the same state on any machine."""
 
+import numbers
 import random
 
 import numpy as np
 import torch
 
-from helpers.checks import non_negative_int
-
 
 def seed(value: int = 0) -> torch.Generator:
-    """Seed Python, NumPy and PyTorch; return a ``torch.Generator`` seeded with the same value."""
-    value = non_negative_int(value, "seed")
+    """Seed Python, NumPy and PyTorch; return a ``torch.Generator`` seeded with the same value.
+
+    ``value`` is an int in ``0 .. 2**32 - 1``, the range every one of them takes (NumPy's is the
+    narrowest); it is checked before any generator is seeded, so a refused seed changes none.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 2**32:
+        raise ValueError(f"seed must be an int in 0..2**32 - 1 (the range NumPy takes), got {value!r}")
+    value = int(value)
     random.seed(value)
     np.random.seed(value)
     torch.manual_seed(value)

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from helpers.checks import integer, positive_int, tensor
+from helpers.checks import integer, integers, positive_int, tensor
 
 
 def sample_image(size=224, top=0):
@@ -55,8 +55,8 @@ def window_partition(x, w):
     B, H, W, C = x.shape
     if H % w or W % w:
         raise ValueError(f"window size {w} must divide the grid's height {H} and width {W}")
-    x = x.view(B, H // w, w, W // w, w, C).transpose(2, 3)         # (B, H/w, W/w, w, w, C)
-    return x.reshape(-1, w * w, C)
+    x = x.reshape(B, H // w, w, W // w, w, C).transpose(2, 3)      # (B, H/w, W/w, w, w, C)
+    return x.reshape(B * (H // w) * (W // w), w * w, C)            # sizes, not -1: B or C may be 0
 
 
 def window_merge(windows, w, H, W):
@@ -66,9 +66,9 @@ def window_merge(windows, w, H, W):
         raise ValueError(f"windows must be (n, {w * w}, C), got shape {tuple(windows.shape)}")
     if H % w or W % w or windows.shape[0] % ((H // w) * (W // w)):
         raise ValueError(f"{windows.shape[0]} windows of size {w} do not tile a {H} x {W} grid")
-    C = windows.shape[-1]
-    x = windows.view(-1, H // w, W // w, w, w, C).transpose(2, 3)  # (B, H/w, w, W/w, w, C)
-    return x.reshape(-1, H, W, C)
+    B, C = windows.shape[0] // ((H // w) * (W // w)), windows.shape[-1]
+    x = windows.reshape(B, H // w, W // w, w, w, C).transpose(2, 3)    # (B, H/w, w, W/w, w, C)
+    return x.reshape(B, H, W, C)
 
 
 def window_ids(H, W, w, shift=0):
@@ -92,20 +92,22 @@ def window_borders(ids):
     """Line segments ``[((x0, y0), (x1, y1)), ...]`` between grid cells of ``ids (H, W)`` that differ.
 
     Cell ``(i, j)`` covers ``[j, j + 1] x [i, i + 1]`` (x to the right, y down, as ``imshow`` draws it);
-    the outer frame is included, so each window is drawn as a closed outline.
+    the outer frame is included, so each window is drawn as a closed outline. ``ids`` holds integers
+    (any, negative ones too).
     """
     if tensor(ids, "ids").dim() != 2:
         raise ValueError(f"ids must be an (H, W) map, got shape {tuple(ids.shape)}")
-    H, W = ids.shape
-    padded = torch.full((H + 2, W + 2), -1, dtype=torch.long)
-    padded[1:-1, 1:-1] = ids
+    ids = integers(ids, "ids").tolist()
+    H, W = len(ids), len(ids[0]) if ids else 0
+    if not H or not W:
+        return []                                       # an empty map has no windows to outline
     segments = []
     for i in range(H + 1):                              # horizontal borders between rows i - 1 and i
         for j in range(W):
-            if padded[i, j + 1] != padded[i + 1, j + 1]:
+            if i in (0, H) or ids[i - 1][j] != ids[i][j]:
                 segments.append(((j, i), (j + 1, i)))
     for i in range(H):                                  # vertical borders between columns j - 1 and j
         for j in range(W + 1):
-            if padded[i + 1, j] != padded[i + 1, j + 1]:
+            if j in (0, W) or ids[i][j - 1] != ids[i][j]:
                 segments.append(((j, i), (j, i + 1)))
     return segments

@@ -89,3 +89,67 @@ def test_softmax_jacobian_matches_autograd():
 def test_bad_arguments_raise(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# Issue 23: integer input, masks that would grow the output, and softmax_jacobian's domain.
+QKV = tuple(torch.randn(3, 2, 5, 8, generator=torch.Generator().manual_seed(23)).unbind(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+def test_attention_refuses_values_that_are_not_real_floating_point(dtype):
+    q, k, v = QKV
+    with pytest.raises(ValueError, match=f"q must be a real floating-point tensor.*got {dtype}"):
+        attention(q.to(dtype), k.to(dtype), v.to(dtype))
+    with pytest.raises(ValueError, match=f"k must be a real floating-point tensor.*got {dtype}"):
+        attention(q, k.to(dtype), v)          # an int q and k with a float v gave int weights, all 0
+    with pytest.raises(ValueError, match=f"v must be a real floating-point tensor.*got {dtype}"):
+        attention(q, k, v.to(dtype))
+
+
+def test_a_mask_may_not_grow_the_output():
+    q, k, v = QKV
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 2, 5, 5\) would broadcast the scores \(2, 5, 5\)"):
+        attention(q, k, v, torch.zeros(4, 2, 5, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="would broadcast"):
+        attention(q[0], k[0], v[0], torch.zeros(2, 5, 5, dtype=torch.bool))
+    out, w = attention(q, k, v, torch.zeros(1, 5, 5, dtype=torch.bool))     # broadcasting down is fine
+    assert out.shape == (2, 5, 8) and w.shape == (2, 5, 5)
+
+
+def test_padding_mask_of_no_sequences_is_empty():
+    assert padding_mask([], 4).shape == (0, 1, 4)
+    assert padding_mask(torch.tensor([], dtype=torch.long), 4).shape == (0, 1, 4)
+    with pytest.raises(ValueError, match="lengths must be integers"):
+        padding_mask(torch.tensor([], dtype=torch.float32), 4)      # an empty float tensor is still floats
+
+
+@pytest.mark.parametrize(
+    ("p", "message"),
+    [
+        (torch.tensor([2.0, -1.0]), "p must hold probabilities"),           # sums to 1 but is negative
+        (torch.tensor([0.5, 0.6]), r"p must sum to 1 along its last dimension"),
+        (torch.tensor([[0.5, 0.5], [0.2, 0.2]]), r"p must sum to 1"),
+        (torch.tensor([float("nan"), 1.0]), "p must hold probabilities"),
+        (torch.tensor([0, 1]), "p must be a real floating-point tensor.*torch.int64"),
+        (torch.ones(0), r"p must sum to 1"),                                 # no outcomes: no distribution
+    ],
+)
+def test_softmax_jacobian_refuses_what_is_not_a_distribution(p, message):
+    with pytest.raises(ValueError, match=message):
+        softmax_jacobian(p)
+
+
+def test_softmax_jacobian_takes_float32_softmax_outputs_and_empty_batches():
+    s = torch.randn(31, 200, 40, generator=torch.Generator().manual_seed(0)) * 30
+    J = softmax_jacobian(torch.softmax(s, -1))                  # float32 rounding is within the tolerance
+    assert J.shape == (31, 200, 40, 40)
+    assert softmax_jacobian(torch.ones(0, 3)).shape == (0, 3, 3)
+    assert softmax_jacobian(torch.tensor([1.0], dtype=torch.float16)).dtype == torch.float16
+
+
+def test_softmax_jacobian_tolerance_is_the_rounding_of_a_softmax_not_more():
+    for dtype in (torch.float16, torch.bfloat16):
+        p = torch.full((10000,), 1e-4, dtype=dtype)     # rounded, each 1e-4 sums to about 1
+        softmax_jacobian(torch.softmax(torch.randn(10000), 0).to(dtype))
+        with pytest.raises(ValueError, match="p must sum to 1"):
+            softmax_jacobian(p * 1.2)                   # n eps of float16 would have let 20% pass

@@ -29,3 +29,13 @@ def test_adding_problem_batch_is_reproducible_and_has_the_plateau_at_one_sixth()
 def test_adding_problem_batch_rejects_bad_sizes(batch, length, message):
     with pytest.raises(ValueError, match=message):
         adding_problem_batch(batch, length, torch.Generator())
+
+
+def test_generators_must_be_torch_generators():
+    from helpers.data import reversal_batch
+
+    with pytest.raises(ValueError, match="generator must be a torch.Generator or None, got int"):
+        adding_problem_batch(4, 10, 0)                 # an obscure "rand() received an invalid combination"
+    with pytest.raises(ValueError, match="generator must be a torch.Generator or None, got int"):
+        reversal_batch(4, 10, 0)
+    assert adding_problem_batch(4, 10, None)[0].shape == (4, 10, 2)    # None: the global generator

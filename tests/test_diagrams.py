@@ -96,3 +96,54 @@ def test_vit_input_shows_the_image_its_patches_and_the_token_sequence():
         vit_input(img, 24)
     with pytest.raises(ValueError, match="square RGB"):
         vit_input(torch.rand(3, 64, 32), 16)
+
+
+# Issue 23 and the probe that followed it.
+def test_annotated_heatmap_refuses_complex_values(ax):
+    import numpy as np
+
+    for values in (np.array([[1 + 1j, 2.0]]), torch.tensor([[1 + 1j]])):
+        with pytest.raises(ValueError, match="values must be real numbers, got complex"):
+            annotated_heatmap(ax, values)          # the imaginary part was dropped with only a warning
+
+
+def test_annotated_heatmap_takes_half_precision_and_names_bad_values_and_formats(ax):
+    annotated_heatmap(ax, torch.tensor([[0.25, 0.5]], dtype=torch.bfloat16))    # "unsupported ScalarType" before
+    assert [t.get_text() for t in ax.texts] == ["0.25", "0.50"]
+    with pytest.raises(ValueError, match="values must be a matrix of real numbers"):
+        annotated_heatmap(ax, [["a", "b"]])
+    with pytest.raises(ValueError, match=r"fmt '\{:d\}' cannot format the value 0.5"):
+        annotated_heatmap(ax, [[0.5]], fmt="{:d}")
+    with pytest.raises(ValueError, match="ax must be a matplotlib Axes, got NoneType"):
+        annotated_heatmap(None, [[0.5]])
+
+
+def test_mask_grid_and_block_diagram_name_what_is_not_an_axes():
+    with pytest.raises(ValueError, match="ax must be a matplotlib Axes"):
+        mask_grid(None, causal_mask(3), "causal")
+    with pytest.raises(ValueError, match="ax must be a matplotlib Axes"):
+        block_diagram("ax")
+
+
+@pytest.mark.parametrize(("img", "message"), [
+    (torch.full((3, 32, 32), 255, dtype=torch.uint8), "img must be a real floating-point tensor"),   # a black class token before
+    (torch.full((3, 32, 32), 2.0), r"img's values must lie in \[0, 1\]"),
+    (torch.full((3, 32, 32), float("nan")), r"img's values must lie in \[0, 1\]"),
+])
+def test_vit_input_refuses_images_it_would_draw_wrong(img, message):
+    with pytest.raises(ValueError, match=message):
+        vit_input(img, 16)
+
+
+def test_vit_input_draws_half_precision_images():
+    img = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    fig = vit_input(img, 16)                        # "Got unsupported ScalarType BFloat16" before
+    try:
+        assert torch.equal(torch.as_tensor(fig.axes[1].images[0].get_array()), img[:, :16, :16].float().permute(1, 2, 0))
+    finally:
+        plt.close(fig)
+
+
+def test_text_color_refuses_nan_components():
+    with pytest.raises(ValueError, match=r"background must be a colour with components in \[0, 1\]"):
+        text_color((float("nan"), 0.0, 0.0))            # was "black"

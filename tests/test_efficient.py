@@ -88,3 +88,35 @@ def test_tiled_rejects_bad_arguments(call, message):
 def test_naive_attention_matches_pytorch():
     q, k, v = qkv(3, 20, 8, seed=6)
     assert torch.allclose(naive_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
+
+
+# Issue 23: integer input is refused; naive_attention is a float32 (and float64) teaching baseline.
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool])
+def test_tiled_and_naive_attention_refuse_integer_input(dtype):
+    q, k, v = (t.to(dtype) for t in qkv(6, 4))
+    for f in (lambda *a: tiled_attention(*a, 2), naive_attention):
+        with pytest.raises(ValueError, match=f"q must be a real floating-point tensor.*got {dtype}"):
+            f(q, k, v)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_naive_attention_refuses_half_precision(dtype):
+    q, k, v = (100 * t.to(dtype) for t in qkv(2, 5, 8))     # q k^T overflows float16: all NaN before
+    with pytest.raises(ValueError, match="naive_attention is a float32 teaching baseline.*use attention"):
+        naive_attention(q, k, v)
+
+
+def test_naive_attention_names_mixed_dtypes():
+    q, k, v = qkv(6, 4)
+    with pytest.raises(ValueError, match="q, k and v must share one dtype, got torch.float32, torch.float64"):
+        naive_attention(q.float(), k, v)                # an obscure "expected m1 and m2 to have the same dtype"
+
+
+def test_masks_may_not_grow_tiled_attention_and_d_k_is_at_least_one():
+    q, k, v = qkv(2, 5, 8)
+    with pytest.raises(ValueError, match="would broadcast the scores"):
+        tiled_attention(q, k, v, 2, mask=torch.zeros(4, 2, 5, 5, dtype=torch.bool))
+    empty = torch.zeros(5, 0, dtype=torch.float64)
+    for f in (lambda *a: tiled_attention(*a, 2), naive_attention, lambda *a: attention(*a)[0]):
+        with pytest.raises(ValueError, match="need at least one feature"):
+            f(empty, empty, v[0])                       # ZeroDivisionError before

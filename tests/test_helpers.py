@@ -18,9 +18,9 @@ def test_seed_reproduces():
 
 
 def test_seed_rejects_bad_values():
-    with pytest.raises(ValueError, match="seed must be a non-negative int, got -1"):
+    with pytest.raises(ValueError, match=r"seed must be an int in 0\.\.2\*\*32 - 1 \(the range NumPy takes\), got -1"):
         helpers.seed(-1)
-    with pytest.raises(ValueError, match="seed must be a non-negative int, got True"):
+    with pytest.raises(ValueError, match="seed must be an int in .*, got True"):
         helpers.seed(True)
 
 
@@ -227,3 +227,101 @@ def test_train_leaves_eval_mode_even_when_the_loss_raises():
     with pytest.raises(KeyError, match="bad batch"):
         train_and_evaluate(model, lambda step: None, loss_fn, steps=2, evaluate=lambda m: 0.0)
     assert not model.training
+
+
+@pytest.mark.parametrize("value", [2**32, 2**64, -1])
+def test_a_refused_seed_changes_no_generator(value):
+    import random
+
+    import numpy as np
+
+    helpers.seed(5)
+    state = random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state()
+    with pytest.raises(ValueError, match=r"seed must be an int in 0\.\.2\*\*32 - 1"):
+        helpers.seed(value)                    # 2**32 seeded Python's random, then NumPy refused it
+    assert random.getstate() == state[0]
+    assert (np.random.get_state()[1] == state[1]).all() and torch.equal(torch.get_rng_state(), state[2])
+    helpers.seed(2**32 - 1)                    # the largest seed every generator takes
+
+
+def test_a_directory_in_the_way_leaves_the_old_pair_whole(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("BOOK_FIGURES", str(tmp_path))
+    fig = line_figure()
+    helpers.save_figure(fig, "pair", png=False)
+    old = (tmp_path / "pair.svg").read_bytes()
+    (tmp_path / "pair.png").mkdir()                       # figures/NAME.png is a directory
+    fig.axes[0].plot([0, 1], [0, 1])
+    with pytest.raises(OSError, match=r"cannot write figure 'pair'.*pair\.png is a directory"):
+        helpers.save_figure(fig, "pair")
+    plt.close(fig)
+    assert (tmp_path / "pair.svg").read_bytes() == old    # the SVG was replaced before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pair.png", "pair.svg"]    # no temporaries
+
+
+@pytest.mark.parametrize("name", ["x.png", "a.b", "x.svg.svg", "é", "x_y"])
+def test_save_figure_refuses_dotted_and_other_names(name):
+    with pytest.raises(ValueError, match="figure name must be lower-case ASCII letters, digits and hyphens"):
+        helpers.save_figure(object(), name)                # "x.png" wrote x.png.svg
+
+
+def test_save_figure_refuses_a_png_flag_that_is_not_a_bool():
+    with pytest.raises(ValueError, match="png must be True or False"):
+        helpers.save_figure(line_figure(), "fine", png="no")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_figures_get_the_mode_the_umask_gives(tmp_path, monkeypatch, umask):
+    import os
+
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("BOOK_FIGURES", str(tmp_path))
+    fig = line_figure()
+    old = os.umask(umask)
+    try:
+        helpers.save_figure(fig, "mode")
+    finally:
+        os.umask(old)
+    plt.close(fig)
+    for suffix in ("svg", "png"):                          # mkstemp's 0600 whatever the umask, before
+        assert (tmp_path / f"mode.{suffix}").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_failed_second_rename_puts_the_first_file_back(tmp_path, monkeypatch):
+    import os
+
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("BOOK_FIGURES", str(tmp_path))
+    fig = line_figure()
+    helpers.save_figure(fig, "pair")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    replace = os.replace
+
+    def flaky(src, dst):                                  # the PNG's rename fails (a disk error, say)
+        if str(dst).endswith("pair.png"):
+            raise OSError(5, "Input/output error")
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", flaky)
+    fig.axes[0].plot([0, 1], [0, 1])
+    with pytest.raises(OSError, match="Input/output error"):
+        helpers.save_figure(fig, "pair")
+    plt.close(fig)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before        # the old pair, whole
+    monkeypatch.undo()
+    fig = line_figure()
+    monkeypatch.setenv("BOOK_FIGURES", str(tmp_path / "new"))
+    monkeypatch.setattr(os, "replace", flaky)
+    with pytest.raises(OSError):
+        helpers.save_figure(fig, "pair")                   # no old pair: neither file is left
+    plt.close(fig)
+    assert list((tmp_path / "new").iterdir()) == []
+
+
+def test_round_coordinates_takes_text_only():
+    assert plotting.round_coordinates('<path d="M 1.23456 -0.0001"/>') == '<path d="M 1.23 0"/>'
+    with pytest.raises(ValueError, match="svg must be the SVG's text, a str, got bytes"):
+        plotting.round_coordinates(b"<svg/>")

@@ -100,3 +100,49 @@ def test_alibi_bias():
 def test_bad_relative_arguments_raise(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# Issue 23: integer dtypes and input. Positions are computed in floating point; an integer input or
+# a requested integer dtype is refused, as F.scaled_dot_product_attention refuses integer tensors.
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+def test_rope_refuses_values_that_are_not_real_floating_point(dtype):
+    with pytest.raises(ValueError, match=f"x must be a real floating-point tensor.*got {dtype}"):
+        rope(torch.ones(3, 4, dtype=dtype))           # int64 was truncated: row 2 read [-1, 0, 0, 1]
+
+
+@pytest.mark.parametrize("table", [
+    lambda dt: frequencies(4, dtype=dt), lambda dt: sinusoidal(3, 4, dtype=dt),
+    lambda dt: alibi_slopes(4, dtype=dt), lambda dt: alibi_bias(3, 2, dtype=dt)])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64, "float32", np.float32])
+def test_tables_refuse_dtypes_that_are_not_real_floating_point(table, dtype):
+    with pytest.raises(ValueError, match="dtype must be a real floating-point torch dtype"):
+        table(dtype)
+
+
+def test_tables_return_the_dtype_asked_for():
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        assert frequencies(4, dtype=dtype).dtype == sinusoidal(3, 4, dtype=dtype).dtype == dtype
+        assert alibi_slopes(4, dtype=dtype).dtype == alibi_bias(3, 2, dtype=dtype).dtype == dtype
+
+
+def test_rope_and_tables_refuse_positions_their_dtype_cannot_hold():
+    x = torch.randn(2, 4)
+    with pytest.raises(ValueError, match=r"positions 16777216\.\.16777217 exceed torch.float32's exact integers \(2\*\*24\)"):
+        rope(x, offset=2**24)                                   # 2**24 + 1 is not a float32
+    assert rope(x, offset=2**24 - 1).shape == (2, 4)            # positions 2**24 - 1 and 2**24 are exact
+    with pytest.raises(ValueError, match="exceed torch.float64's exact integers"):
+        rope(x.double(), offset=2**60)                          # gave an obscure size mismatch
+    with pytest.raises(ValueError, match=r"x must be \(\.\.\., T, d\) with d a positive even number"):
+        rope(torch.ones(3, 0))                                  # named d, which the caller never passed
+
+
+def test_frequencies_in_half_precision_are_the_rounded_exact_ones():
+    exact = frequencies(64)
+    for dtype in (torch.float16, torch.bfloat16):
+        assert torch.equal(frequencies(64, dtype=dtype), exact.to(dtype))
+
+
+def test_t5_bucket_of_the_extreme_offsets_and_of_none():
+    assert t5_bucket(torch.tensor([-2**63, 2**63 - 1])).tolist() == [15, 31]     # -2**63 gave -2**63
+    assert t5_bucket(torch.tensor([-2**63]), bidirectional=False).tolist() == [31]
+    assert t5_bucket([]).tolist() == []                          # an empty list was float32, refused

@@ -126,3 +126,93 @@ def test_train_and_evaluate_schedule_and_arguments():
     assert steps == [0, 2, 4, 5] and values == [1.0] * 4 and calls == [1, 2, 3, 4, 5]
     with pytest.raises(ValueError, match="steps must be a positive int, got 0"):
         train_and_evaluate(model, None, None, steps=0, evaluate=None)
+
+
+# Issue 23: the race's errors name the one lane that failed, and a NaN test error fails its lane.
+def nan_mse(name, setup, on_step):
+    """A lane whose training loss stays finite but whose test MSE is NaN."""
+    result = run_one(name, setup, on_step)
+    result.test_mse[-1] = float("nan")
+    return result
+
+
+def nan_loss(name, setup, on_step):
+    raise FloatingPointError("the loss is nan at step 3; the weights are those before that step")
+
+
+def one_dies(name, setup, on_step):
+    """RNN's worker dies while GRU's is still training."""
+    if name == "RNN":
+        time.sleep(2)
+        os._exit(3)
+    time.sleep(30)
+    return run_one(name, setup, on_step)
+
+
+class Unpicklable(Exception):
+    def __init__(self, message, extra):                   # pickles, but cannot be rebuilt from its args
+        super().__init__(message)
+        self.extra = extra
+
+
+def raise_unpicklable(name, setup, on_step):
+    raise Unpicklable(f"no {name} today", extra=1)
+
+
+def raise_with_a_lock(name, setup, on_step):
+    import threading
+
+    raise ValueError(f"no {name} today", threading.Lock())   # cannot be pickled at all
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_nan_test_mse_fails_its_lane(workers):
+    with pytest.raises(RuntimeError, match="race: training RNN failed: its test MSE is nan at step 4"):
+        race(("RNN",), SMALL, workers=workers, progress=False, run=nan_mse)
+
+
+def test_run_one_refuses_a_nan_test_mse(monkeypatch):
+    from helpers import race as module
+
+    monkeypatch.setattr(module.F, "mse_loss", lambda a, b: torch.tensor(float("nan")) + 0 * a.sum())
+    with pytest.raises(FloatingPointError, match="the test MSE of RNN is nan at step 0"):
+        run_one("RNN", SMALL)                  # the training loss is NaN too, but evaluation comes first
+
+
+def test_a_failing_lane_in_this_process_is_named():
+    with pytest.raises(RuntimeError, match=r"race: training GRU failed: FloatingPointError\('the loss is nan") as failure:
+        race(("GRU",), SMALL, workers=0, progress=False, run=nan_loss)
+    assert isinstance(failure.value.__cause__, FloatingPointError)
+
+
+def test_a_dying_worker_names_its_lane_only():
+    with pytest.raises(RuntimeError, match=r"a worker died while training RNN \(exit code 3\)$"):
+        race(("GRU", "RNN"), SMALL, workers=2, progress=False, run=one_dies)
+
+
+@pytest.mark.parametrize("run", [raise_unpicklable, raise_with_a_lock])
+def test_an_exception_that_does_not_pickle_keeps_its_message(run):
+    with pytest.raises(RuntimeError, match="training RNN failed: .*no RNN today"):
+        race(("RNN",), SMALL, workers=1, progress=False, run=run)
+
+
+def test_race_refuses_a_string_of_names_a_foreign_setup_and_a_non_bool_progress():
+    with pytest.raises(ValueError, match="names must be a sequence of model names such as \\('GRU',\\)"):
+        race("GRU", SMALL)                         # was read as the models 'G', 'R' and 'U'
+    with pytest.raises(ValueError, match="setup must be a helpers.race.Setup, got dict"):
+        race(("GRU",), {"steps": 4})               # an AttributeError before
+    with pytest.raises(ValueError, match="progress must be True or False"):
+        race(("GRU",), SMALL, progress="no")
+
+
+def returns_none(name, setup, on_step):
+    return None
+
+
+def test_race_names_a_run_it_cannot_send_or_a_lane_that_returns_no_result():
+    with pytest.raises(ValueError, match="run must be a module-level function when workers > 0"):
+        race(("RNN",), SMALL, workers=1, progress=False, run=lambda n, s, o: run_one(n, s, o))
+    with pytest.raises(RuntimeError, match="race: training RNN failed: run returned NoneType, not a Result"):
+        race(("RNN",), SMALL, workers=0, progress=False, run=returns_none)     # an AttributeError before
+    with pytest.raises(ValueError, match=r"seed must be below 2\*\*64"):
+        Setup(seed=2**64)                          # "Overflow when unpacking long long" inside the lane before

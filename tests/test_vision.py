@@ -67,3 +67,25 @@ def test_window_borders_outline_each_window():
     assert ((2, 0), (2, 1)) in segments and ((0, 2), (1, 2)) in segments
     with pytest.raises(ValueError, match=r"\(H, W\)"):
         window_borders(torch.zeros(4))
+
+
+def test_window_borders_draw_the_frame_whatever_the_ids():
+    assert len(window_borders(torch.full((2, 2), -1))) == 2 * (2 + 2)      # -1 matched the padding: no frame
+    assert window_borders(torch.tensor([[-1, 0]])) == window_borders(torch.tensor([[0, 1]]))
+    with pytest.raises(ValueError, match="ids must be integers"):
+        window_borders(torch.tensor([[0.2, 0.7]]))      # both became window 0: the border between them was lost
+
+
+def test_windows_of_empty_batches_and_channels_and_of_strided_grids():
+    for x in (torch.randn(0, 4, 4, 2), torch.randn(1, 4, 4, 0)):
+        win = window_partition(x, 2)                   # C = 0: "the unspecified dimension size -1 can be any value"
+        assert win.shape == (4 * x.shape[0], 4, x.shape[-1])
+        assert torch.equal(window_merge(win, 2, 4, 4), x)
+    x = torch.randn(1, 4, 4, 3).transpose(1, 2)                     # not contiguous
+    assert torch.equal(window_merge(window_partition(x, 2), 2, 4, 4), x)
+    w = torch.randn(4, 3, 4).transpose(1, 2)                        # not contiguous
+    assert torch.equal(window_partition(window_merge(w, 2, 4, 4), 2), w)
+
+
+def test_window_borders_of_an_empty_map_are_none():
+    assert window_borders(torch.zeros(0, 5, dtype=torch.long)) == window_borders(torch.zeros(3, 0, dtype=torch.long)) == []
