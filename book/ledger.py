@@ -105,8 +105,11 @@ def compared_lines(nb):
 
 def slug(heading):
     """The anchor myst-parser gives a heading (myst_heading_anchors): GitHub's slug."""
-    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
-    return text.replace(" ", "-")
+    try:
+        from myst_parser.slugs import github_slugify
+    except ImportError:                                      # the same rule, for a checkout without the site's packages
+        return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+    return github_slugify(heading)
 
 
 def places(md):
@@ -236,11 +239,11 @@ def status(entry, printed, where):
     if locate(entry["text"], where) is None:
         return "text not found"
     if entry["kind"] == "cited":
-        return "source named" if entry["source"] else "no source"
+        return "cited" if entry["source"] else "no source"
     if not entry["check"]:
         return "no check"
     missing = [c for c in entry["check"] if not any(c in line for line in printed)]
-    return "checked by a compared output" if not missing else "check missing from the outputs"
+    return "checked" if not missing else "check missing from the outputs"
 
 
 def _cell(text):
@@ -256,8 +259,8 @@ def page(root=ROOT, title="What this chapter claims, and where it checks it"):
              "paper found is an entry in a ledger kept in the repository (`book/claims/*.toml`). An entry computed "
              "here or shown in a figure names the line a compared cell prints that tests it as worded: every run "
              "of the notebooks' tests (nbval) reproduces that line, on any machine. A cited entry names the paper and "
-             "the section, table or theorem that says so. The status is read from the stored notebooks when this "
-             "site was built.", ""]
+             "the section, table or theorem that says so. The status, read from the stored notebooks when this site "
+             "was built: checked (every check line is printed by a compared cell) or cited (the source is named).", ""]
     total = 0
     for stem in stems(root / "notebooks"):
         entries = load(stem, root / "book" / "claims")
@@ -267,8 +270,10 @@ def page(root=ROOT, title="What this chapter claims, and where it checks it"):
         where = places(md)
         printed = compared_lines(nbformat.read(md.with_suffix(".ipynb"), as_version=4))
         heading = next((flat(h) for h in re.findall(r"^# (.+)$", md.read_text(), flags=re.M)), stem)
-        lines += [f"## {heading}", "", f"{len(entries)} claims in `book/claims/{stem}*.toml`.", "",
-                  "```{list-table}", ":header-rows: 1", ":widths: 40 18 8 26 8", f":name: claims-{slug(stem)}", "",
+        count = f"{len(entries)} claim{'' if len(entries) == 1 else 's'}"
+        lines += [f"## {heading}", "", f"{count} in `book/claims/{stem}*.toml`.", "",
+                  "```{list-table}", ":header-rows: 1", ":widths: 38 16 8 30 8", ":class: claims",
+                  f":name: claims-{slug(stem)}", "",
                   "* - Statement", "  - Where", "  - Kind", "  - Evidence", "  - Status"]
         for entry in entries:
             place = locate(entry["text"], where) or {}

@@ -118,8 +118,10 @@ def cost_crossover(lengths, counts, d):
     left.legend(loc="upper left", fontsize=8)
     ratio = np.logspace(np.log10(T.min() / max(counts)) - 0.2, np.log10(T.max() / min(counts)) + 0.2, 200)
     right.plot(ratio, ratio / (ratio + 6), color="gray", lw=1, label="model $T/(T + 6d)$")
-    marks = [("o", 9), ("^", 6), ("s", 3), ("D", 2)]        # nested, so that overlapping points stay visible
-    for (w, pairs), (marker, size), color in zip(sorted(counts.items()), marks, ("blue", "orange", "green", "purple")):
+    if len(counts) > 4:
+        raise ValueError(f"the right panel shows up to 4 widths, got {len(counts)}")
+    marks = [("o", 9, "blue"), ("^", 6, "orange"), ("s", 3, "green"), ("D", 2, "purple")]   # nested: overlaps stay visible
+    for (w, pairs), (marker, size, color) in zip(sorted(counts.items()), marks[:len(counts)], strict=True):
         share = [att / (lin + att) for lin, att in pairs]
         right.plot(T / w, share, marker, ms=size, mfc="none", mew=1.2, color=PALETTE[color], label=f"counted, $d = {w}$")
     right.axvline(6, color="gray", ls="--", lw=1)
@@ -137,7 +139,7 @@ def saturation_panels(sigmas, p_max, norm, eps, marks):
     ``1 - p_max`` of N score vectors at each spread. Left: the mean largest weight, the mean and median
     norm, a dotted line at the mean norm at spread 1, and a vertical line at each ``{sigma: label}`` of
     ``marks``. Right: every vector's norm against its ``eps`` (those above 1e-12, below which both are
-    rounding noise) between the bounds $p_{\max}\varepsilon$ and $4\varepsilon$. Returns the figure.
+    rounding noise) between the bounds ``p_max * eps`` and ``4 * eps``. Returns the figure.
     """
     sigmas, p_max, norm, eps = (torch.as_tensor(t, dtype=torch.float64) for t in (sigmas, p_max, norm, eps))
     if sigmas.dim() != 1 or not p_max.shape == norm.shape == eps.shape == (len(sigmas), p_max.shape[-1]):

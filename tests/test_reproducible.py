@@ -95,7 +95,8 @@ def test_ledger_entries_are_well_formed(md):
         else:
             assert e["check"] and all(e["check"]), f"{where}: a {e['kind']} claim names the compared output lines that test it"
     texts = [e["text"] for e in entries]
-    assert len(texts) == len(set(texts)), f"{md.stem}: the same text in two entries: {sorted({t for t in texts if texts.count(t) > 1})}"
+    twice = sorted({t for t in texts if texts.count(t) > 1})
+    assert not twice, f"{md.stem}: the same text in two entries: {twice}"
 
 
 def test_every_ledger_file_belongs_to_a_notebook():
