@@ -6,7 +6,8 @@ proved those outputs. `make site` stages `book/index.md`, `README.md` and `noteb
 `sphinx-build -n -W -c book _build/site/src _build/site/html`, with this folder as its configuration.
 Nothing a page loads comes from another host: the theme ships its assets and fonts, and MathJax is
 copied from `node_modules/` (the npm package pinned in package.json) into `_static/mathjax/`.
-Each figure's caption comes from the markdown cell below it in the notebook (`captions.py`).
+Each figure's caption comes from the markdown cell below it in the notebook (`captions.py`). The page
+"What this chapter claims, and where it checks it" is generated from the claims ledger (`ledger.py`).
 """
 
 import os
@@ -117,6 +118,18 @@ def copy_mathjax(app, exception):
         shutil.copytree(MATHJAX / part, target / part, dirs_exist_ok=True)
 
 
+def write_claims_page(app):
+    """Generate "What this chapter claims, and where it checks it" from the ledger (`book/claims/*.toml`,
+    read by `ledger.py`) into the source folder, as `claims.md`, before Sphinx looks for sources. Rewritten
+    only when it changes, so that a rebuild does not reread it for nothing."""
+    from ledger import page
+
+    target = Path(app.srcdir) / "claims.md"
+    text = page(ROOT)
+    if not target.exists() or target.read_text() != text:
+        target.write_text(text)
+
+
 def setup(app):
     if not (MATHJAX / "tex-chtml.js").exists():
         raise ConfigError(f"MathJax is missing from {MATHJAX}: run `npm ci` (make site does)")
@@ -126,5 +139,6 @@ def setup(app):
     from captions import source_read
 
     app.connect("source-read", source_read)
+    app.connect("builder-inited", write_claims_page)
     app.connect("env-get-updated", number_figures_by_section, priority=900)
     app.connect("build-finished", copy_mathjax)

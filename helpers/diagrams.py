@@ -1,4 +1,5 @@
-"""Drawing plumbing the figures share: annotated heatmaps, mask grids, the transformer block, the ViT input.
+"""Drawing plumbing the figures share: annotated heatmaps, mask grids, the transformer block, the ViT input,
+and the layout of the figures of 9.2 and 9.A (rows of heat maps, the cost crossover, saturation, RoPE offsets).
 
 What a figure shows is computed in its notebook; these functions only lay it out, so that a figure cell
 reads as the call and the figure.
@@ -90,6 +91,123 @@ def mask_grid(ax, mask, title):
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("keys", fontsize=8, labelpad=2)
     ax.set_ylabel("queries", fontsize=8, labelpad=2)
+
+
+# The mask panel of Figures 9.2.1 and the mask control: pale where a key is visible (0 added to its score),
+# blue where it is hidden (-inf added). Pass it to annotated_heatmap with a 0/1 mask matrix.
+MASK_STYLE = dict(cmap=ListedColormap(["#f2f2f2", PALETTE["sky"]]), vmin=0, vmax=1, fontsize=8,
+                  fmt=lambda hidden: "$-\\infty$" if hidden else "0")
+
+
+def heatmap_row(panels, ylabel, figsize=None):
+    """A row of annotated heat maps sharing their rows: ``panels`` is a list of ``(values, title, xlabel,
+    style)``, ``style`` the keyword arguments of ``annotated_heatmap`` (NaN cells stay blank). Each panel
+    is as wide as its number of columns, ticks every row and column, and labels its rows ``ylabel``
+    (each panel may be read alone). Returns the figure."""
+    if not panels:
+        raise ValueError("panels must list at least one (values, title, xlabel, style)")
+    widths = [tuple(values.shape)[1] for values, *_ in panels]
+    fig, axes = plt.subplots(1, len(panels), figsize=figsize, width_ratios=widths, squeeze=False)
+    for ax, (values, title, xlabel, style) in zip(axes[0], panels, strict=True):
+        annotated_heatmap(ax, values, **style)
+        rows, cols = tuple(values.shape)
+        ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xticks=range(cols), yticks=range(rows))
+    fig.tight_layout()
+    return fig
+
+
+def cost_crossover(lengths, counts, d):
+    """Figure 9.2.2: FLOPs counted per forward pass of a transformer block against the cost model.
+
+    ``counts[w]`` lists ``(linear, attention)`` FLOPs for each length in ``lengths`` at width ``w``; the
+    left panel draws width ``d`` (points) with the model's $24Td^2$ and $4T^2d$ (lines), the right the
+    attention share of every width against $T/d$ with the model $T/(T + 6d)$. Returns the figure.
+    """
+    if d not in counts:
+        raise ValueError(f"no counts for the width d = {d}; counts has {sorted(counts)}")
+    if any(len(c) != len(lengths) for c in counts.values()):
+        raise ValueError("each width's counts must have one (linear, attention) pair per length")
+    fig, (left, right) = plt.subplots(1, 2)
+    T = np.asarray(lengths, dtype=float)
+    left.plot(T, 24 * T * d**2, color=PALETTE["blue"], label="$24Td^2$ (projections, MLP)")
+    left.plot(T, 4 * T**2 * d, color=PALETTE["vermillion"], label="$4T^2d$ (scores, weighted sum)")
+    left.plot(T, [lin for lin, _ in counts[d]], "o", ms=4, color=PALETTE["blue"])
+    left.plot([], [], "o", ms=4, color="gray", label="counted by FlopCounterMode")
+    left.plot(T, [att for _, att in counts[d]], "s", ms=4, color=PALETTE["vermillion"])
+    left.axvline(6 * d, color="gray", ls="--", lw=1)
+    left.text(6 * d * 1.15, 24 * 6 * d**3 / 4, "$T = 6d$", color="gray")
+    left.set(xscale="log", yscale="log", xlabel="sequence length $T$", ylabel=f"FLOPs per forward pass ($d = {d}$)")
+    left.legend(loc="upper left", fontsize=8)
+    ratio = np.logspace(np.log10(T.min() / max(counts)) - 0.2, np.log10(T.max() / min(counts)) + 0.2, 200)
+    right.plot(ratio, ratio / (ratio + 6), color="gray", lw=1, label="model $T/(T + 6d)$")
+    if len(counts) > 4:
+        raise ValueError(f"the right panel shows up to 4 widths, got {len(counts)}")
+    marks = [("o", 9, "blue"), ("^", 6, "orange"), ("s", 3, "green"), ("D", 2, "purple")]   # nested: overlaps stay visible
+    for (w, pairs), (marker, size, color) in zip(sorted(counts.items()), marks[:len(counts)], strict=True):
+        share = [att / (lin + att) for lin, att in pairs]
+        right.plot(T / w, share, marker, ms=size, mfc="none", mew=1.2, color=PALETTE[color], label=f"counted, $d = {w}$")
+    right.axvline(6, color="gray", ls="--", lw=1)
+    right.axhline(0.5, color="gray", ls=":", lw=1)
+    right.set(xscale="log", xlabel="$T / d$", ylabel="attention share of FLOPs", ylim=(0, 1))
+    right.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def saturation_panels(sigmas, p_max, norm, eps, marks):
+    """Figure 9.A.1: softmax saturation against the spread ``sigmas (S,)`` of the scores.
+
+    ``p_max``, ``norm`` and ``eps`` are ``(S, N)``: the largest weight, the Jacobian's Frobenius norm and
+    ``1 - p_max`` of N score vectors at each spread. Left: the mean largest weight, the mean and median
+    norm, a dotted line at the mean norm at spread 1, and a vertical line at each ``{sigma: label}`` of
+    ``marks``. Right: every vector's norm against its ``eps`` (those above 1e-12, below which both are
+    rounding noise) between the bounds ``p_max * eps`` and ``4 * eps``. Returns the figure.
+    """
+    sigmas, p_max, norm, eps = (torch.as_tensor(t, dtype=torch.float64) for t in (sigmas, p_max, norm, eps))
+    if sigmas.dim() != 1 or not p_max.shape == norm.shape == eps.shape == (len(sigmas), p_max.shape[-1]):
+        raise ValueError("sigmas must be (S,) and p_max, norm, eps (S, N)")
+    fig, (left, right) = plt.subplots(1, 2)
+    left.plot(sigmas, p_max.mean(1), color=PALETTE["vermillion"], marker="o", ms=3, label="mean largest weight $p_{\\max}$")
+    left.plot(sigmas, norm.mean(1), color=PALETTE["blue"], marker="s", ms=3, label="mean $\\|J\\|_F$")
+    left.plot(sigmas, norm.median(1).values, color=PALETTE["blue"], ls="--", lw=1, label="median $\\|J\\|_F$")
+    at_one = norm[torch.argmin((sigmas - 1).abs())].mean()
+    left.axhline(at_one, color=PALETTE["blue"], ls=":", lw=1)
+    for sigma, text in marks.items():
+        left.axvline(sigma, color="gray", ls=":", lw=1)
+        left.text(sigma * 1.08, 0.4, text, fontsize=8, color="gray", rotation=90, va="bottom")
+    left.set(xscale="log", xlabel="spread of the scores $\\sigma$", ylabel="mean or median over the queries",
+             ylim=(0, 1.05))
+    left.legend(loc="upper left", fontsize=8)
+    keep = eps > 1e-12
+    right.loglog(eps[keep], norm[keep], ".", ms=2, alpha=0.3, color=PALETTE["blue"], label="score vectors")
+    e = torch.logspace(-12, 0, 50).clamp_max(float(eps.max()))
+    right.loglog(e, 4 * e, color=PALETTE["black"], lw=1, label="$4\\varepsilon$")
+    right.loglog(e, e * (1 - e), color=PALETTE["black"], lw=1, ls="--", label="$p_{\\max}\\varepsilon$")
+    right.set(xlabel="$\\varepsilon = 1 - p_{\\max}$", ylabel="$\\|J\\|_F$")
+    right.legend(fontsize=8, markerscale=4)
+    fig.tight_layout()
+    return fig
+
+
+def offset_panels(S, offsets, curve, at_zero):
+    """Figure 9.A.2: a RoPE score matrix ``S (T, T)`` (query position m, key position n) as a heat map,
+    and its entries against the offset n - m over the closed form ``curve`` drawn at ``offsets``, with
+    the score ``at_zero`` at offset 0 marked. Returns the figure."""
+    S = torch.as_tensor(S)
+    if S.dim() != 2 or S.shape[0] != S.shape[1]:
+        raise ValueError(f"S must be a square (T, T) matrix, got shape {tuple(S.shape)}")
+    T = S.shape[0]
+    fig, (left, right) = plt.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.7]}, layout="constrained")
+    image = left.imshow(S)
+    left.set(xlabel="key position $n$", ylabel="query position $m$")
+    fig.colorbar(image, ax=left, shrink=0.8, label="score")
+    m, n = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
+    right.plot(offsets, curve, color=PALETTE["black"], lw=0.8, label="closed form")
+    right.plot((n - m).flatten(), S.flatten(), "o", ms=3, alpha=0.3, color=PALETTE["orange"], label=f"all {T * T:,} scores")
+    right.plot(0, at_zero, "s", color=PALETTE["blue"], label="offset 0: $q^\\top k$")
+    right.set(xlabel="offset $n - m$", ylabel="score $(R_mq)^\\top(R_nk)$")
+    right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=3)
+    return fig
 
 
 def block_diagram(ax):

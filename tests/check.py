@@ -1,7 +1,7 @@
 """What `make check NB=notebooks/x.md` runs for one notebook: print the pytest arguments.
 
-Its stored .ipynb (nbval re-executes and compares it), its own structure tests (pair in sync, captions)
-and the unit tests of each helpers module the notebook imports.
+Its stored .ipynb (nbval re-executes and compares it), its own structure tests (pair in sync, captions),
+its claims ledger, the styling of its visible cells, and the unit tests of each helpers module the notebook imports.
 """
 
 import re
@@ -14,6 +14,12 @@ TESTS = ROOT / "tests"
 IMPORT = re.compile(r"^\s*(?:from\s+helpers(?:\.(\w+))?\s+import\s+([\w, ()]+)|import\s+helpers(?:\.(\w+))?)", re.M)
 STRUCTURE = ("test_pair_in_sync", "test_notebook_is_named_by_section", "test_every_stored_cell_was_executed_in_order",
              "test_every_figure_has_caption_alt_text_and_files")
+# Its claims ledger (book/claims/<stem>*.toml) and how much styling its visible cells carry.
+LEDGER = ("test_reproducible.py::test_ledger_entries_are_well_formed",
+          "test_reproducible.py::test_ledger_texts_are_in_the_notebook",
+          "test_reproducible.py::test_ledger_checks_are_printed_by_compared_cells",
+          "test_reproducible.py::test_ledger_covers_every_caption_alt_text_and_measured_number",
+          "test_styling.py::test_visible_cells_carry_at_most_a_few_lines_of_styling")
 
 
 def modules(source):
@@ -38,6 +44,7 @@ def arguments(md):
         named = TESTS / f"test_{module}.py"
         related |= {named} if named.exists() else {t for t in units if module in modules(t.read_text())}
     structure = [f"tests/test_notebooks.py::{name}[{md.stem}]" for name in STRUCTURE]
+    structure += [f"tests/{name}[{md.stem}]" for name in LEDGER]
     own = sorted(str(t.relative_to(ROOT)) for t in related)
     return [str(md.with_suffix(".ipynb").relative_to(ROOT)), *structure, *own]
 

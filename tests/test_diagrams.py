@@ -4,6 +4,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
+from helpers import diagrams
 from helpers.attention import causal_mask
 from helpers.diagrams import annotated_heatmap, block_diagram, mask_grid, text_color, vit_input
 from helpers.plotting import PALETTE
@@ -60,6 +61,93 @@ def test_annotated_heatmap_rejects_what_is_not_a_matrix(ax):
         annotated_heatmap(ax, [1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match="format string or a function"):
         annotated_heatmap(ax, [[1.0]], fmt=3)
+
+
+def test_heatmap_row_draws_one_panel_per_matrix_as_wide_as_its_columns():
+    hidden = causal_mask(3)
+    panels = [(torch.zeros(3, 3), "scores", "key $j$", dict(cmap="PuOr_r", vmin=-1, vmax=1)),
+              (hidden.float(), "mask", "key $j$", diagrams.MASK_STYLE),
+              (torch.ones(3, 3).masked_fill(hidden, float("nan")), "weights", "key $j$", dict(vmin=0, vmax=1)),
+              (torch.ones(3, 2), "outputs", "value coordinate", {})]
+    fig = diagrams.heatmap_row(panels, ylabel="query $i$", figsize=(8, 3))
+    try:
+        axes = fig.axes
+        assert [a.get_title() for a in axes] == ["scores", "mask", "weights", "outputs"]
+        assert [a.get_xlabel() for a in axes] == ["key $j$"] * 3 + ["value coordinate"]
+        assert {a.get_ylabel() for a in axes} == {"query $i$"}
+        assert [len(a.get_xticks()) for a in axes] == [3, 3, 3, 2] and all(len(a.get_yticks()) == 3 for a in axes)
+        widths = [a.get_position().width for a in axes]
+        assert widths[3] / widths[0] == pytest.approx(2 / 3, rel=0.05)        # as wide as its number of columns
+        assert [t.get_text() for t in axes[1].texts] == ["0", "$-\\infty$", "$-\\infty$", "0", "0", "$-\\infty$", "0", "0", "0"]
+        assert len(axes[2].texts) == 6                                         # hidden (NaN) cells are blank
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="at least one"):
+        diagrams.heatmap_row([], ylabel="query")
+
+
+def test_cost_crossover_draws_the_counts_against_the_model():
+    lengths = [16, 64, 256]
+    counts = {w: [(24 * T * w * w, 4 * T * T * w) for T in lengths] for w in (8, 32)}
+    fig = diagrams.cost_crossover(lengths, counts, d=8)
+    try:
+        left, right = fig.axes
+        model_linear, model_attention = left.lines[:2]
+        assert list(model_linear.get_ydata()) == [24 * T * 64 for T in lengths]
+        assert list(model_attention.get_ydata()) == [4 * T * T * 8 for T in lengths]
+        counted = [list(line.get_ydata()) for line in left.lines[2:] if line.get_linestyle() == "None" and len(line.get_ydata())]
+        assert counted == [[lin for lin, _ in counts[8]], [att for _, att in counts[8]]]
+        assert [line.get_xdata()[0] for line in left.lines if line.get_linestyle() == "--"] == [48]   # T = 6d
+        points = [line for line in right.lines if line.get_marker() not in ("None", "", None)]
+        assert len(points) == 2 and all(len(line.get_xdata()) == 3 for line in points)
+        for line in points:                                                  # every count on T / (T + 6d)
+            ratio = line.get_xdata()
+            assert list(line.get_ydata()) == pytest.approx(list(ratio / (ratio + 6)))
+        assert left.get_yscale() == "log" and right.get_ylabel() == "attention share of FLOPs"
+        assert any("counted" in t.get_text() for t in left.get_legend().get_texts())
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="no counts for the width d = 16"):
+        diagrams.cost_crossover(lengths, counts, d=16)
+    with pytest.raises(ValueError, match="one \\(linear, attention\\) pair per length"):
+        diagrams.cost_crossover(lengths[:2], counts, d=8)
+
+
+def test_saturation_panels_label_both_axes_and_mark_the_scaled_norm():
+    sigmas = torch.tensor([0.5, 1.0, 4.0])
+    p_max = torch.tensor([[0.1, 0.2, 0.1], [0.3, 0.4, 0.5], [0.9, 0.99, 0.95]])
+    norm = torch.tensor([[0.1, 0.1, 0.1], [0.2, 0.4, 0.3], [0.05, 0.01, 0.03]])
+    eps = 1 - p_max
+    fig = diagrams.saturation_panels(sigmas, p_max, norm, eps, marks={1: "scaled", 4: "$d_k=16$"})
+    try:
+        left, right = fig.axes
+        assert left.get_ylabel() and left.get_xlabel() and right.get_ylabel() and right.get_xlabel()
+        horizontal = [line for line in left.lines if len(set(line.get_ydata())) == 1 and line.get_linestyle() == ":"]
+        assert [line.get_ydata()[0] for line in horizontal] == [pytest.approx(0.3)]   # the mean norm at sigma 1
+        median = [line for line in left.lines if line.get_label() == "median $\\|J\\|_F$"][0]
+        assert list(median.get_ydata()) == pytest.approx([0.1, 0.3, 0.03])
+        assert {t.get_text() for t in left.texts} == {"scaled", "$d_k=16$"}
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="sigmas must be"):
+        diagrams.saturation_panels(sigmas, p_max[:2], norm, eps, marks={})
+
+
+def test_offset_panels_label_the_colour_bar_and_plot_every_score():
+    T = 5
+    S = torch.arange(T)[None, :] - torch.arange(T)[:, None]                  # constant along each diagonal
+    offsets = torch.linspace(1 - T, T - 1, 50)
+    fig = diagrams.offset_panels(S.double(), offsets, offsets, at_zero=0.0)
+    try:
+        left, right, colorbar = fig.axes
+        assert colorbar.get_ylabel() == "score"
+        scores = [line for line in right.lines if line.get_label() == f"all {T * T:,} scores"][0]
+        assert len(scores.get_xdata()) == T * T and list(scores.get_xdata()) == list(scores.get_ydata())
+        assert left.get_xlabel() == "key position $n$" and left.get_ylabel() == "query position $m$"
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="square"):
+        diagrams.offset_panels(torch.zeros(3, 4), offsets, offsets, at_zero=0.0)
 
 
 def test_mask_grid_fills_the_allowed_pairs(ax):

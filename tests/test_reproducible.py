@@ -3,8 +3,10 @@
 - One convention keeps what legitimately varies (timings, the exact trajectory of a training run) out
   of compared output: a cell tagged `nbval-ignore-output`. Nothing else: no `# NBVAL_...` comments,
   no sanitizer patterns; and such a cell prints no check (`...: True`), so it cannot hide one.
-- Every measured number the prose, a caption or alt text quotes is printed by a compared cell (CLAIMS):
-  nbval then proves it on every run, and the matrix of `make guarantees` on every simulated CPU.
+- What the words claim is in a ledger (`book/claims/*.toml`, read by `book/ledger.py`): every caption, alt
+  text and sentence that quotes a measured number holds an entry, and each entry computed here or shown in a
+  figure names the line a compared cell prints that tests it, so nbval proves it on every run, and the matrix
+  of `make guarantees` on every simulated CPU; a cited entry names its paper and section.
 - Stored notebooks carry no execution timestamps and no progress-bar frames (book/clean.py), and SVG
   figures no coordinates finer than a hundredth of a point (helpers.plotting.round_coordinates).
 """
@@ -13,7 +15,6 @@ import importlib.util
 import re
 from pathlib import Path
 
-import jupytext
 import nbformat
 import pytest
 
@@ -26,80 +27,10 @@ TAG = "nbval-ignore-output"
 spec = importlib.util.spec_from_file_location("clean", ROOT / "book" / "clean.py")
 clean = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(clean)
+spec = importlib.util.spec_from_file_location("ledger", ROOT / "book" / "ledger.py")
+ledger = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ledger)
 
-# notebook: [(phrase in the prose, a caption or alt text, [what compared cells print that proves it])]
-CLAIMS = {
-    "9.1-attention-as-lookup": [
-        ("they form a bump about 0.3 radians wide", ["width of the bump (standard deviation of the angle) 0.33 rad"]),
-    ],
-    "9.3-positional-information": [
-        ("every offset beyond about 91 falls into the last bucket", ["bidirectional: offsets from 91 on share the last bucket"]),
-        ("the last begins near 113", ["causal: offsets from 113 on share the last bucket"]),
-        ("falls from about 0.41 at position 0 to about 0.07 at 63",
-         ["random tokens, causal: output RMS at positions 0, 7, 63: 0.408, 0.165, 0.068"]),
-    ],
-    "9.4-the-transformer": [
-        ("At a learning rate of 1e-2 it stays below 100",
-         ["lr 1e-2           largest attention logit: above 1,000: False; below 100: True"]),
-        ("at 1e-1 it grows past 1,000", ["lr 1e-1           largest attention logit: above 1,000: True"]),
-        ("with QK-norm at the same high learning rate it stays below 100",
-         ["lr 1e-1, QK-norm  largest attention logit: above 1,000: False; below 100: True"]),
-        ("the two stable runs fall below 0.1 within 100 steps", [
-            "lr 1e-2           largest attention logit: above 1,000: False; below 100: True; "
-            "loss on the second half below 0.1 within 100 steps: True",
-            "lr 1e-1, QK-norm  largest attention logit: above 1,000: False; below 100: True; "
-            "loss on the second half below 0.1 within 100 steps: True"]),
-        ("the unstable run does not", ["below 100: False; loss on the second half below 0.1 within 100 steps: False"]),
-        ("reaches an error of 0.001 within 200 steps", ["transformer below 0.001 within 200 steps: True"]),
-        ("is below 0.001 within 200 steps", ["transformer below 0.001 within 200 steps: True"]),
-        ("fluctuates around 1e-4 afterwards", ["median around 1e-4 (between 1e-5 and 1e-3): True"]),
-        ("its test error fluctuates around $10^{-4}$", ["median around 1e-4 (between 1e-5 and 1e-3): True"]),
-        ("stays on the plateau through step 1,000", ["GRU still on the plateau (above 0.1) through step 1,000: True"]),
-        ("ends below 0.02", ["below 0.02 at step 1,500: True"]),
-        ("the RNN never leaves it", ["RNN never below 0.15: True"]),
-        ("always predicting 1 has an error of 0.18", ["error of always predicting 1 on the test set: 0.18"]),
-        ("a dashed line at the plateau, about 0.18", ["error of always predicting 1 on the test set: 0.18"]),
-        ("At least two heads put about half their weight on each marked position",
-         ["(within 0.1 of 0.5, over the test set): at least two of 4: True"]),
-        ("split between the two in every row but the first", ["GRU below 0.5: True", "GRU above 0.3: True"]),
-        ("on average above 0.9, and near 0 elsewhere",
-         ["transformer above 0.9: True", "transformer below 0.05: True"]),
-        ("puts nearly all its weight on the copied position", ["transformer above 0.9: True"]),
-        ("nearly all of it lies on the source position being copied, and none on the position after it",
-         ["transformer above 0.9: True", "transformer below 0.05: True"]),
-        ("splits its weight between the copied position", ["GRU below 0.5: True", "GRU above 0.3: True"]),
-        ("Both reverse the held-out strings", [
-            "GRU with additive attention (9.1): 19,914 parameters; strings reversed exactly, above 99%: True",
-            "transformer encoder–decoder: 30,762 parameters; strings reversed exactly, above 99%: True"]),
-    ],
-    "9.5-efficient-attention": [
-        ("4,096 features still leave an error of 85%", ["0.85 with 4,096"]),
-        ("to about 135 megabytes", ["peak memory at T = 4,096: naive 135 MB"]),
-    ],
-    "9.A-appendices": [
-        ("At $\\sigma=1$ the mean norm is 0.15", ["sigma =  1: mean largest weight 0.08, mean ||J||_F 0.15"]),
-    ],
-}
-
-
-def flat(text):
-    return " ".join(text.split())
-
-
-def prose(md):
-    """Markdown cells (the captions among them: each is the markdown cell below its figure) and alt text
-    of a notebook source, whitespace collapsed."""
-    parts = []
-    for cell in jupytext.read(md).cells:
-        if cell.cell_type == "markdown":
-            parts.append(cell.source)
-        parts.append(cell.metadata.get("mystnb", {}).get("image", {}).get("alt", ""))
-    return flat(" ".join(parts))
-
-
-def compared_stdout(nb):
-    return flat(" ".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" and TAG not in c.metadata.get("tags", [])
-                         for o in c.outputs if o.get("name") == "stdout"))
 
 
 @pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
@@ -113,16 +44,6 @@ def test_one_convention_for_what_varies(md):
             shown = " ".join(o.get("text", "") for o in cell.outputs)
             assert not re.search(r": (True|False)\b", shown), f"a check hidden from nbval:\n{cell.source}"
     assert not (ROOT / "tests" / "sanitize.cfg").exists()
-
-
-@pytest.mark.parametrize("stem", CLAIMS)
-def test_measured_numbers_in_the_prose_are_printed_and_compared(stem):
-    md = ROOT / "notebooks" / f"{stem}.md"
-    text, printed = prose(md), compared_stdout(nbformat.read(md.with_suffix(".ipynb"), as_version=4))
-    for phrase, proofs in CLAIMS[stem]:
-        assert flat(phrase) in text, f"{stem}: the prose no longer says {phrase!r}: update CLAIMS"
-        for proof in proofs:
-            assert flat(proof) in printed, f"{stem}: {phrase!r} is not backed by a compared output {proof!r}"
 
 
 @pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
@@ -157,3 +78,134 @@ def test_round_coordinates_rounds_positions_not_scales_or_labels():
 def test_committed_figures_have_rounded_coordinates(svg):
     text = svg.read_text()
     assert round_coordinates(text) == text, f"{svg.name} was not written by save_figure: re-execute its notebook"
+
+
+# ------------------------------------------------------------------------------------------- the claims ledger
+
+@pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
+def test_ledger_entries_are_well_formed(md):
+    entries = ledger.load(md.stem)
+    assert entries, f"{md.stem}: no ledger: write book/claims/{md.stem}.toml (book/ledger.py says how)"
+    for e in entries:
+        where = f"{e['file']}: {e['text'][:60]!r}"
+        assert e["text"], f"{e['file']}: an entry without text"
+        assert e["kind"] in ledger.KINDS, f"{where}: kind {e['kind']!r} is not one of {ledger.KINDS}"
+        if e["kind"] == "cited":
+            assert e["source"], f"{where}: a cited claim names its source (paper, and its section, table or theorem)"
+        else:
+            assert e["check"] and all(e["check"]), f"{where}: a {e['kind']} claim names the compared output lines that test it"
+    texts = [e["text"] for e in entries]
+    twice = sorted({t for t in texts if texts.count(t) > 1})
+    assert not twice, f"{md.stem}: the same text in two entries: {twice}"
+
+
+def test_every_ledger_file_belongs_to_a_notebook():
+    stems = [md.stem for md in SOURCES]
+    for path in sorted((ROOT / "book" / "claims").glob("*.toml")):
+        assert path in [p for stem in stems for p in ledger.ledger_files(stem)], f"{path.name} names no notebook"
+
+
+@pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
+def test_ledger_texts_are_in_the_notebook(md):
+    where = ledger.places(md)
+    missing = [e["text"] for e in ledger.load(md.stem) if ledger.locate(e["text"], where) is None]
+    assert not missing, f"{md.stem}: the notebook no longer says these; update its ledger:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
+def test_ledger_checks_are_printed_by_compared_cells(md):
+    printed = ledger.compared_lines(nbformat.read(md.with_suffix(".ipynb"), as_version=4))
+    missing = [(e["text"][:60], c) for e in ledger.load(md.stem) if e["kind"] != "cited"
+               for c in e["check"] if not any(c in line for line in printed)]
+    assert not missing, f"{md.stem}: checks no compared output line prints (claim, check):\n" + "\n".join(map(str, missing))
+
+
+@pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
+def test_ledger_covers_every_caption_alt_text_and_measured_number(md):
+    gaps = ledger.uncovered(md, ledger.load(md.stem))
+    assert not gaps, (f"{md.stem}: no ledger entry lies within these (python book/ledger.py {md.stem} lists them):\n"
+                      + "\n".join(f"{what}: {text[:120]}" for what, text in gaps))
+
+
+@pytest.mark.parametrize("sentence, numbers", [
+    ("At $\\sigma=1$ the mean norm is 0.15, the value section 9.1 found.", ["0.15"]),
+    ("4,096 features still leave an error of 85%.", ["85%"]),
+    ("It runs 5.7 times faster and needs 7 times less work.", ["5.7", "7"]),
+    ("its peak memory grows to about 135 megabytes", ["135"]),
+    ("its test error fluctuates around $10^{-4}$", ["10^{-4}"]),
+    ("At a learning rate of 1e-2 it stays below 100", ["1e-2"]),
+    ("The 147,648 parameters are the inputs of each patch", ["147,648"]),
+    ("The lines cross at $T=6d=384$ and at 0.5.", ["0.5"]),
+])
+def test_measured_numbers_are_found(sentence, numbers):
+    assert ledger.measured_numbers(sentence) == numbers
+
+
+@pytest.mark.parametrize("sentence", [
+    "Section 9.4 trains the model below again, as in sections 9.1 and 9.3.",
+    "Figure 9.2.1 shows it; Exercise 9.3.2 asks for it; see 9.A and (9.5).",
+    "The three ways trade off differently (Vaswani et al., 2017, Table 1).",
+    "Vaswani et al. (2017) used fixed encodings; Bahdanau, Cho, and Bengio (2015) did not.",
+    "As in Section 3.2 of the paper, Theorem 1 and equation (3); chapter 8 and chapter 11.",
+    "Six tokens of width $d=8$, a sequence of 64 tokens, 1,000 random pairs and 200 queries.",
+    "Pinned to PyTorch 2.13.0 and Python 3.11, with MathJax 3.2.2.",
+    "The check is `torch.allclose(a, b, atol=1e-6)`, with $\\omega_j=10000^{-2j/d}$.",
+    "Xiong et al. 2020, Theorem 1, and [the docs](https://pytorch.org/docs/2.1/index.html).",
+])
+def test_references_years_sizes_and_code_are_not_measurements(sentence):
+    assert ledger.measured_numbers(sentence) == []
+
+
+def test_sentences_split_at_full_stops_not_at_abbreviations_math_or_numbers():
+    text = "Vaswani et al. (2017) scale by 0.5. Then $a.b$ is e.g. small. Section 9.4 follows.\n\n- A list item"
+    assert ledger.sentences(text) == ["Vaswani et al. (2017) scale by 0.5.", "Then $a.b$ is e.g. small.",
+                                      "Section 9.4 follows.", "- A list item"]
+
+
+def test_coverage_needs_an_entry_within_each_caption_alt_text_and_measured_sentence(tmp_path):
+    md = tmp_path / "9.9-toy.md"
+    md.write_text("""---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+    format_version: 0.13
+kernelspec:
+  display_name: Python 3 (ipykernel)
+  language: python
+  name: python3
+---
+
+# 9.9 Toy
+
+The norm is 0.15 at width 16. Nothing here is measured in section 9.4.
+
+```{code-cell} ipython3
+---
+mystnb:
+  figure:
+    name: fig-toy
+  image:
+    alt: A line rising to 0.3.
+---
+print(1)
+```
+
++++ {"tags": ["caption"]}
+
+*Figure 9.9.1. A line.*
+""")
+    assert [w for w, _ in ledger.uncovered(md, [])] == ["sentence", "alt text", "caption"]
+    entries = [{"text": "The norm is 0.15"}, {"text": "rising to 0.3"}, {"text": "A line."}]
+    assert ledger.uncovered(md, entries) == []
+    assert [w for w, _ in ledger.uncovered(md, entries[1:])] == ["sentence"]
+
+
+def test_ledger_reads_every_file_of_a_notebook(tmp_path):
+    (tmp_path / "9.9-toy.toml").write_text('[[claim]]\ntext = "a"\nkind = "cited"\nsource = "X 2020, Table 1"\n')
+    (tmp_path / "9.9-toy.exercises.toml").write_text('[[claim]]\ntext = "b"\nkind = "computed"\ncheck = "b: True"\n')
+    (tmp_path / "9.9-toy-other.toml").write_text('[[claim]]\ntext = "c"\nkind = "cited"\nsource = "Y"\n')
+    assert [(e["text"], e["check"]) for e in ledger.load("9.9-toy", tmp_path)] == [("b", ["b: True"]), ("a", [])]
+    (tmp_path / "9.9-toy.bad.toml").write_text('[[claim]]\ntext = "d"\nchecks = ["typo"]\n')
+    with pytest.raises(ValueError, match="unknown keys"):
+        ledger.load("9.9-toy", tmp_path)
