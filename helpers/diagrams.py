@@ -279,29 +279,33 @@ def vit_input(img, P, cls_color=PALETTE["orange"]):
     ax.set_xlabel("pixels", fontsize=8, labelpad=1)
     ax.tick_params(labelsize=7)
 
-    side, gap = 3.3 / n - 0.06, 0.06                         # the patches pulled apart
+    # The patches and the sequence are drawn on two axes in inches, each patch an image placed by its
+    # extent: one axes per patch (99 of them) would take most of the figure's drawing time.
+    grid = box(4.45, 2.3, 3.3, 3.3)                          # the patches pulled apart
+    side, gap = 3.3 / n - 0.06, 0.06
     for i in range(n * n):
         r, c = divmod(i, n)
-        a = box(4.45 + c * (side + gap), 2.3 + 3.3 - (r + 1) * (side + gap) + gap, side, side)
-        a.imshow(tokens[i].permute(1, 2, 0).numpy())
-        a.set_axis_off()
-        a.text(1, 1, str(i + 1), color="white", fontsize=6, va="top", ha="left",
-               bbox=dict(boxstyle="square,pad=0.1", fc="black", ec="none", alpha=0.6))
-        if i == n // 2:
-            a.set_title(f"{n * n} patches of {P} x {P} pixels, in raster order")
+        x, y = c * (side + gap), 3.3 - (r + 1) * (side + gap) + gap
+        grid.imshow(tokens[i].permute(1, 2, 0).numpy(), extent=(x, x + side, y, y + side))
+        grid.text(x + 0.02, y + side - 0.02, str(i + 1), color="white", fontsize=6, va="top", ha="left",
+                  bbox=dict(boxstyle="square,pad=0.1", fc="black", ec="none", alpha=0.6))
+    grid.set(xlim=(0, 3.3), ylim=(0, 3.3), title=f"{n * n} patches of {P} x {P} pixels, in raster order")
+    grid.set_axis_off()
 
     fig.text(0.45 / W, 1.68 / H, f"the token sequence: a learned class token, then the {n * n} flattened patches")
-    side, gap = 0.27, 0.025                                  # the sequence, in lines of 25 tokens
+    sequence = box(0.45, 0.25, 7.4, 1.2)                     # in lines of 25 tokens
+    side, gap = 0.27, 0.025
     cls = torch.tensor(to_rgb(cls_color), dtype=img.dtype)
     for i in range(n * n + 1):
         r, c = divmod(i, 25)
-        a = box(0.45 + c * (side + gap), 1.15 - r * 0.75, side, side)
-        a.imshow((cls.expand(P, P, 3) if i == 0 else tokens[i - 1].permute(1, 2, 0)).numpy())
+        x, y = c * (side + gap), 0.9 - r * 0.75
+        sequence.imshow((cls.expand(P, P, 3) if i == 0 else tokens[i - 1].permute(1, 2, 0)).numpy(),
+                        extent=(x, x + side, y, y + side))
         if i == 0:
-            a.text(P / 2, P / 2, "cls", ha="center", va="center", fontsize=7)
-        a.set(xticks=[], yticks=[])
-        a.spines[:].set_visible(False)
+            sequence.text(x + side / 2, y + side / 2, "cls", ha="center", va="center", fontsize=7)
         if i % 5 == 0 or i == n * n:
-            a.set_xlabel(str(i), fontsize=7, labelpad=2)
+            sequence.text(x + side / 2, y - 0.04, str(i), ha="center", va="top", fontsize=7)
+    sequence.set(xlim=(0, 7.4), ylim=(0, 1.2))
+    sequence.set_axis_off()
     fig.text(0.45 / W, 0.1 / H, "position in the sequence (token 0 is the class token, token i is patch i)", fontsize=8)
     return fig

@@ -28,6 +28,8 @@ class AdditiveAttention(nn.Module):
 class AttentionSeq2Seq(nn.Module):
     """A GRU encoder-decoder in which every decoder step queries the encoder states (Bahdanau et al.).
 
+    Section 9.1's listing, which checks they are equal (``steps`` and the argument checks are additions).
+
     ``attention(s, h) -> (context (B, d), weights (B, n))`` scores the decoder state ``s (B, d)``
     against the encoder states ``h (B, n, d)``. Token ``vocab`` is the start symbol.
     """

@@ -172,10 +172,17 @@ def test_vit_input_shows_the_image_its_patches_and_the_token_sequence():
     img = torch.rand(3, 64, 64)
     fig = vit_input(img, 16)
     try:
-        assert len(fig.axes) == 1 + 16 + 17                       # the image, 4 x 4 patches, cls + 16 tokens
-        assert torch.equal(torch.as_tensor(fig.axes[1].images[0].get_array()), img[:, :16, :16].permute(1, 2, 0))
-        assert torch.equal(torch.as_tensor(fig.axes[-1].images[0].get_array()), img[:, 48:, 48:].permute(1, 2, 0))
-        assert fig.axes[0].get_title() == "the image on a 4 x 4 grid"
+        image, grid, sequence = fig.axes                          # the image, its patches, the token sequence
+        assert len(grid.images) == 16 and len(sequence.images) == 1 + 16          # 4 x 4 patches; cls + 16 tokens
+        assert torch.equal(torch.as_tensor(grid.images[0].get_array()), img[:, :16, :16].permute(1, 2, 0))
+        assert torch.equal(torch.as_tensor(sequence.images[-1].get_array()), img[:, 48:, 48:].permute(1, 2, 0))
+        assert [t.get_text() for t in grid.texts] == [str(i) for i in range(1, 17)]             # raster order
+        assert [t.get_text() for t in sequence.texts] == ["cls", "0", "5", "10", "15", "16"]
+        x0, _, y0, _ = grid.images[0].get_extent()
+        x1, _, y1, _ = grid.images[1].get_extent()
+        x4, _, y4, _ = grid.images[4].get_extent()
+        assert x1 > x0 and y1 == y0 and x4 == x0 and y4 < y0        # patch 2 right of patch 1, patch 5 below it
+        assert image.get_title() == "the image on a 4 x 4 grid"
     finally:
         plt.close(fig)
     with pytest.raises(ValueError, match="up to 7 x 7"):
