@@ -5,6 +5,7 @@ The reference solutions are the notebooks' own hidden solution cells, executed h
 setup cell; the wrong answers are the usual mistakes, written out below.
 """
 
+import linecache
 import math
 import re
 from pathlib import Path
@@ -49,12 +50,26 @@ def run_cell(section, cell, monkeypatch):
     monkeypatch.setattr(exercises, "check", record)       # for a cell that imports check itself
     namespace = {}
     # The setup cell: the first code cell the site shows (the one before it installs helpers outside a checkout).
-    exec(next(c for c in nb.cells if c.cell_type == "code" and "remove-cell" not in c.metadata.get("tags", [])).source,
-         namespace)
+    exec(setup_cell(nb).source, namespace)
     namespace["check"] = record
-    exec(cell.source, namespace)
+    exec(compile_cell(cell.source, f"{section}-{checked_cell_index(nb, cell)}"), namespace)
     assert len(checked) == 1, "a cell checks one exercise"
     return checked[0]
+
+
+def setup_cell(nb):
+    return next(c for c in nb.cells if c.cell_type == "code" and "remove-cell" not in c.metadata.get("tags", []))
+
+
+def checked_cell_index(nb, cell):
+    return next(i for i, c in enumerate(nb.cells) if c is cell or c.source == cell.source)
+
+
+def compile_cell(source, name):
+    """``source`` compiled as IPython compiles a cell: with a file name whose lines ``inspect`` can read."""
+    filename = f"<cell {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    return compile(source, filename, "exec")
 
 
 def solutions():
@@ -367,3 +382,548 @@ def test_stored_outputs_show_starters_untouched_and_solutions_passing(section):
         text = "".join(o.get("text", "") for o in cell.outputs)
         verdict_ = "correct." if hidden(cell) else "not attempted yet."
         assert text.startswith(f"Exercise {found[1]}: {verdict_}"), text
+
+
+# Issue 19 ("checkers a student cannot fool, and that never fail a right answer") and issue 23 ---------------
+# Every defect the issues list, and the class it belongs to, as a test; then the attempts of students acting
+# as REVIEW.md's second brief asks (none of them among WRONG above).
+
+def _answers(verdict_of, number, answer, runs=3):
+    """The verdicts of ``runs`` checks of ``answer``: each draws its hidden cases afresh."""
+    return [verdict_of(number, answer) for _ in range(runs)]
+
+
+def test_hidden_cases_are_drawn_afresh_at_each_check():
+    seen = []
+
+    def spy(r, rho):
+        seen.append((r, rho))
+        return math.sqrt(rho / r)
+    verdict("9.1.2", spy)
+    first = list(seen)
+    seen.clear()
+    verdict("9.1.2", spy)
+    assert first[:4] == seen[:4], "the shown cases are the same at every check"
+    assert set(first[4:]).isdisjoint(seen[4:]) and len(first) > 4, "the hidden ones are new"
+
+
+def _harvester(parse):
+    """An answer that learns from the checker's messages: it answers every input it was told about."""
+    table, calls = {}, []
+
+    def key(args):
+        return tuple(round(a, 12) if isinstance(a, float) else
+                     tuple(a.flatten().tolist()) if isinstance(a, torch.Tensor) else a for a in args)
+
+    def answer(*args):
+        calls.append(key(args))
+        return table.get(key(args), 0)
+
+    def learn(message):
+        k = int(re.search(r"case (\d+) of", message)[1])
+        table[calls[k - 1]] = parse(re.search(r"expected (\S+?),? got", message)[1])
+        calls.clear()
+    return answer, learn
+
+
+@pytest.mark.parametrize("number, parse", [
+    ("9.1.2", float), ("9.3.2", float), ("9.4.3", float), ("9.5.2", lambda s: int(s.replace(",", ""))),
+])
+def test_a_table_harvested_from_the_messages_never_passes(number, parse):
+    answer, learn = _harvester(parse)
+    for _ in range(8):
+        ok, message = verdict(number, answer)
+        assert ok is False, f"{number}: a lookup table passed after harvesting the messages"
+        learn(message)
+
+
+def test_9_2_3_shapes_beyond_one_head_width():
+    """Issue 19: every case had head width 4, so an answer using the notebook's d_k = 4 passed."""
+    d_k = 4                                                       # the notebook's global after 9.2 has run
+
+    def multi_query(x, W_q, W_k, W_v, heads):
+        B, T, d = x.shape
+        q = (x @ W_q).view(B, T, heads, d_k).transpose(1, 2)
+        s = q @ (x @ W_k)[:, None].mT / 2                         # sqrt(4), hard-coded
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return (torch.softmax(s, -1) @ (x @ W_v)[:, None]).transpose(1, 2).reshape(B, T, d)
+    ok, message = verdict("9.2.3", multi_query)
+    assert ok is False and "case 2 of" in message and "width 8" in message, message
+
+
+def test_a_float32_answer_passes_and_a_wrong_one_is_shown_with_digits_that_differ():
+    """Issue 19: 9.4.2 rejected a float32 answer at rtol 1e-6, with "expected 0.8175, got 0.8175"."""
+    def z_loss_grad(z, w):
+        z = z.float()
+        return 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.shape[0]
+    assert _answers(verdict, "9.4.2", z_loss_grad) == [(True, _answers(verdict, "9.4.2", z_loss_grad, 1)[0][1])] * 3
+
+    def nearly(z, w):
+        return (1 + 3e-4) * 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.shape[0]
+    ok, message = verdict("9.4.2", nearly)
+    expected, got = re.search(r"expected (\S+), got (\S+?)\.", message).groups()
+    assert ok is False and expected != got, message
+
+
+def test_9_5_2_hints_name_the_mistake_made():
+    """Issue 19: case 1 had bytes_per = 2 and layers = kv_heads, so two mistakes got each other's hint."""
+    def no_bytes(layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2):
+        return 2 * layers * kv_heads * d_head * T * batch
+
+    def group_size(layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2):
+        return 2 * layers * (heads // kv_heads) * d_head * T * batch * bytes_per
+    ok, message = verdict("9.5.2", no_bytes)
+    assert "multiply by the bytes per number" in message and "Or:" not in message, message
+    ok, message = verdict("9.5.2", group_size)
+    assert "not the group size" in message and "Or:" not in message, message
+
+
+def test_a_result_that_fits_two_mistakes_gets_both_hints():
+    with pytest.raises(exercises.Wrong, match="fits more than one mistake: first. Or: second"):
+        exercises.compare_number(3.0, 6.0, "case 1", mistakes=[(3.0, "first."), (3.0, "second.")])
+
+
+@pytest.mark.parametrize("number, answer, argument", [
+    ("9.1.1", lambda Q, K, V: (lambda Q: (torch.softmax(Q @ K.mT, -1) @ V, torch.softmax(Q @ K.mT, -1)))(
+        Q.div_(Q.shape[-1] ** 0.5)), "Q"),
+    ("9.3.3", lambda x, scale=1.0: x.copy_(_rope(x, scale)), "x"),
+    ("9.4.2", lambda z, w: (lambda z: 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.shape[0])(
+        z.sub_(z.amax(-1, keepdim=True))), "z"),
+])
+def test_an_answer_that_modifies_its_input_is_told_so(number, answer, argument):
+    """Issue 19: the expected result of 9.1.1 was computed after the answer ran, from the modified Q."""
+    ok, message = verdict(number, answer)
+    assert ok is False and "modified its argument" in message, message
+    if argument:
+        assert f"argument {argument} in place" in message, message
+
+
+def test_an_in_place_merge_is_told_so():
+    def merge(a, b):
+        (m_a, l_a, acc_a), (m_b, l_b, acc_b) = a, b
+        m = torch.maximum(m_a, m_b)
+        r_a, r_b = torch.exp(m_a - m), torch.exp(m_b - m)
+        acc_a *= r_a                                          # in place: the caller's state is changed
+        return m, l_a * r_a + l_b * r_b, acc_a + acc_b * r_b
+    ok, message = verdict("9.5.1", merge)
+    assert ok is False and "modified its argument a in place" in message, message
+
+
+def test_not_attempted_only_for_the_untouched_starter():
+    """Issue 19: printing, `pass` and an unfinished helper were all told "not attempted yet"."""
+    def my_attention(Q, K, V):
+        """Q (..., m, d_k), K (..., n, d_k), V (..., n, d_v) -> outputs (..., m, d_v), weights (..., m, n)."""
+        ...  # your code here
+    assert verdict("9.1.1", my_attention)[0] is None
+
+    def printing(Q, K, V):
+        w = torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5, -1)
+        print(w @ V, w)
+    ok, message = verdict("9.1.1", printing)
+    assert ok is False and "returned None: it printed its result instead of returning it" in message, message
+
+    def forgot_return(Q, K, V):
+        w = torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5, -1)
+        w @ V, w
+    ok, message = verdict("9.1.1", forgot_return)
+    assert ok is False and "returned None: is a return statement missing?" in message, message
+
+    def passing(Q, K, V):
+        pass
+    ok, message = verdict("9.1.1", passing)
+    assert ok is False and "body is only `pass`" in message, message
+
+    def my_softmax(s):
+        raise NotImplementedError
+
+    def unfinished(Q, K, V):
+        w = my_softmax(Q @ K.mT / Q.shape[-1] ** 0.5)
+        return w @ V, w
+    ok, message = verdict("9.1.1", unfinished)
+    assert ok is False and "raised NotImplementedError (in my_softmax" in message and "my_softmax is not finished" in message, \
+        message
+
+
+def test_the_untouched_starter_in_a_notebook_cell_is_not_attempted_and_pass_is_not():
+    """The starter as the notebook compiles it (source readable, as in IPython), and the same cell with `pass`."""
+    nb = jupytext.read(NOTEBOOKS["9.1"])
+    cell = next(c for c in exercise_cells(nb) if c.cell_type == "code" and "def my_attention" in c.source)
+    for source, expected in ((cell.source, None), (cell.source.replace("...  # your code here", "pass"), False)):
+        namespace = {"check": lambda number, answer: None}
+        exec(compile_cell(source, f"starter-{expected}"), namespace)
+        assert verdict("9.1.1", namespace["my_attention"])[0] is expected
+
+
+def test_dtype_is_checked():
+    """Issue 19: torch.equal ignores dtype, so a float index passed 9.6.2."""
+    def relative_index(w):
+        y, x = torch.arange(w * w) // w, torch.arange(w * w) % w
+        return ((y[:, None] - y[None, :] + w - 1) * (2 * w - 1) + (x[:, None] - x[None, :] + w - 1)).float()
+    ok, message = verdict("9.6.2", relative_index)
+    assert ok is False and "should be integers (torch.long), got torch.float32" in message, message
+
+    def int_mask(lengths, T):
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        return ((j > i) | (j >= lengths[:, None, None])).long()
+    ok, message = verdict("9.2.1", int_mask)
+    assert ok is False and "should be boolean" in message, message
+
+    def half(z, w):
+        return (2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.shape[0]).half()
+    ok, message = verdict("9.4.2", half)
+    assert ok is False and "float32 or float64" in message, message
+
+
+@pytest.mark.parametrize("number, answer", [
+    ("9.1.2", lambda r, rho: str(math.sqrt(rho / r))),
+    ("9.1.2", lambda r, rho: True),
+    ("9.5.2", lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2:
+        f"{2 * layers * kv_heads * d_head * T * batch * bytes_per}"),
+    ("9.4.3", lambda z, t, eps: [1.0]),
+])
+def test_numbers_are_numbers(number, answer):
+    """Issue 19: strings passed as numbers in 9.1.2 and 9.5.2; a bool is not a number either."""
+    ok, message = verdict(number, answer)
+    assert ok is False and "should be a number" in message, message
+
+
+def test_huge_numbers_are_told_apart_from_raising():
+    """Issue 23: an answer returning 10**400 was blamed for raising OverflowError."""
+    ok, message = verdict("9.1.2", lambda r, rho: 10 ** 400)
+    assert ok is False and "should be a finite float, got an integer of 401 digits" in message and "raised" not in message
+    ok, message = verdict("9.5.2", lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: 10 ** 400)
+    assert ok is False and "got an integer of 401 digits" in message and "raised" not in message, message
+    ok, message = verdict("9.3.2", lambda m, T, w: float("nan"))
+    assert ok is False and "should be a finite number" in message, message
+
+
+def test_the_failing_case_is_named_when_the_answer_raises():
+    """Issue 19: K.T works on 2-D keys only, and the message did not say it failed on the batched case."""
+    def my_attention(Q, K, V):
+        w = torch.softmax(Q @ K.T / Q.shape[-1] ** 0.5, -1)
+        return w @ V, w
+    ok, message = verdict("9.1.1", my_attention)
+    assert ok is False and message.startswith("Exercise 9.1.1: not yet. On case 3 of 6 (a batch of 2, 4 queries"), message
+    assert "my_attention raised RuntimeError" in message and "(in my_attention, line" in message, message
+
+
+def test_an_answer_that_never_returns_is_stopped_with_a_message():
+    import time
+
+    def forever(Q, K, V):
+        while True:
+            try:
+                Q = Q + 0
+            except Exception:                                       # a loop that swallows errors does not escape
+                pass
+    start = time.perf_counter()
+    ok, message = verdict("9.1.1", forever, time_limit=1)
+    assert time.perf_counter() - start < 3
+    assert ok is False and "On case 1 of 6" in message and "did not finish within 1 s" in message, message
+
+
+def test_the_time_limit_holds_outside_the_main_thread_too():
+    import threading
+    import time
+
+    def slow(r, rho):
+        for _ in range(60):
+            time.sleep(0.05)
+        return math.sqrt(rho / r)
+    out = []
+    worker = threading.Thread(target=lambda: out.append(verdict("9.1.2", slow, time_limit=0.5)))
+    start = time.perf_counter()
+    worker.start()
+    worker.join(5)
+    assert time.perf_counter() - start < 2.5
+    assert out and out[0][0] is False and "did not finish within 0.5 s" in out[0][1], out
+
+
+def test_forbidden_label_smoothing_is_detected():
+    """Issue 19: F.cross_entropy(..., label_smoothing=eps) passed 9.4.3, whose statement forbids it."""
+    import torch.nn.functional as F
+    from torch.nn.functional import cross_entropy as ce
+
+    def functional(z, targets, eps):
+        return F.cross_entropy(z, targets, label_smoothing=eps)
+
+    def module(z, targets, eps):
+        return torch.nn.CrossEntropyLoss(**{"label_smoothing": eps})(z, targets)   # hidden from a source scan
+
+    def imported(z, targets, eps):
+        return ce(z, targets, label_smoothing=eps)
+    for answer in (functional, module, imported):
+        ok, message = verdict("9.4.3", answer)
+        assert ok is False and "label_smoothing, which the exercise asks you to do without" in message, message
+
+
+def test_check_takes_a_string_number():
+    """Issue 23: check(["9.1.1"], f) failed with TypeError: unhashable type."""
+    with pytest.raises(TypeError, match=r'the exercise number must be a string such as "9.1.1", got list \[\'9.1.1\'\]'):
+        exercises.check(["9.1.1"], lambda Q, K, V: None)
+    with pytest.raises(ValueError, match="no exercise '9.1.9'"):
+        exercises.check("9.1.9", lambda Q, K, V: None)
+
+
+def test_passing_the_result_instead_of_the_function_is_told_so():
+    ok, message = verdict("9.6.2", torch.zeros(4, 4, dtype=torch.long))
+    assert ok is False and "pass the function itself" in message, message
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_check_is_imported_in_the_setup_cell(section):
+    """Issue 19: check was imported only in the first exercise cell: after a restart a later one failed."""
+    nb = jupytext.read(NOTEBOOKS[section])
+    assert re.search(r"^from helpers\.exercises import check$", setup_cell(nb).source, re.M)
+    # After a restart: the setup cell, then the last starter alone.
+    namespace = {}
+    exec(setup_cell(nb).source, namespace)
+    number, name, cell = [s for s in checked_cells(section) if not hidden(s[2])][-1]
+    import contextlib
+    import io
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile_cell(cell.source, f"restart-{number}"), namespace)
+    assert printed.getvalue().startswith(f"Exercise {number}: not attempted yet."), printed.getvalue()
+
+
+# Students at the exercises (REVIEW.md, brief 2): wrong attempts not in WRONG, and right answers unlike the
+# reference. Each attempt is (answer, a piece of the message it must get); None marks a right answer.
+
+def _bilinear(grid, n_new):
+    """Bilinear resizing as F.interpolate(align_corners=False) does it, by hand: grid (n, n, d)."""
+    n = grid.shape[0]
+    src = ((torch.arange(n_new, dtype=grid.dtype) + 0.5) * n / n_new - 0.5).clamp_min(0)
+    i0 = src.floor().long().clamp_max(n - 1)
+    i1 = (i0 + 1).clamp_max(n - 1)
+    f = (src - i0)[:, None]
+    rows = grid[i0] * (1 - f)[..., None] + grid[i1] * f[..., None]             # (n_new, n, d)
+    return rows[:, i0] * (1 - f)[None] + rows[:, i1] * f[None]                 # (n_new, n_new, d)
+
+
+def _kv_loop(layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2):
+    total = 0
+    for _ in range(layers):
+        for _ in ("keys", "values"):
+            total += kv_heads * d_head * T * batch * bytes_per
+    return total
+
+
+def _rope_complex(x, scale=1.0):
+    T, d = x.shape[-2:]
+    angle = (torch.arange(T, dtype=torch.float64) / scale)[:, None] * 10000.0 ** (-torch.arange(0, d, 2) / d)
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous()) * torch.polar(
+        torch.ones_like(angle), angle)
+    return torch.view_as_real(z).flatten(-2).to(x.dtype)
+
+
+def _merge_logaddexp(a, b):
+    (m_a, l_a, acc_a), (m_b, l_b, acc_b) = a, b
+    log_l = torch.logaddexp(m_a + l_a.log(), m_b + l_b.log())
+    m = torch.maximum(m_a, m_b)
+    return m, torch.exp(log_l - m), acc_a * torch.exp(m_a - m) + acc_b * torch.exp(m_b - m)
+
+
+def _far_closed_form(m, T, w):
+    r = math.exp(-m)
+    return (r ** (w + 1) - r ** T) / (1 - r ** T)
+
+
+def _relative_loops(w):
+    index = torch.empty(w * w, w * w, dtype=torch.long)
+    for a in range(w * w):
+        for b in range(w * w):
+            dy, dx = a // w - b // w, a % w - b % w
+            index[a, b] = (dy + w - 1) * (2 * w - 1) + (dx + w - 1)
+    return index
+
+
+def _mask_loops(lengths, T):
+    mask = torch.zeros(len(lengths), T, T, dtype=torch.bool)
+    for b, n in enumerate(lengths.tolist()):
+        for i in range(T):
+            for j in range(T):
+                mask[b, i, j] = j > i or j >= n
+    return mask
+
+
+def _mqa_repeat(x, W_q, W_k, W_v, heads):
+    """Multi-query attention as grouped-query attention with one group: repeat the key head, SDPA."""
+    B, T, d = x.shape
+    q = (x @ W_q).unflatten(-1, (heads, d // heads)).transpose(1, 2)
+    k = (x @ W_k)[:, None].expand(B, heads, T, d // heads)
+    v = (x @ W_v)[:, None].expand(B, heads, T, d // heads)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2)
+
+
+def _mqa_einsum(x, W_q, W_k, W_v, heads):
+    B, T, d = x.shape
+    q = torch.einsum("btd,de->bte", x, W_q).reshape(B, T, heads, -1).float()
+    k, v = (x @ W_k).float(), (x @ W_v).float()
+    s = torch.einsum("bthe,bse->bhts", q, k) / q.shape[-1] ** 0.5
+    s = s + torch.full((T, T), float("-inf")).triu(1)
+    return torch.einsum("bhts,bse->bthe", s.softmax(-1), v).reshape(B, T, d)
+
+
+STUDENTS = {
+    "9.1.1": [
+        (lambda Q, K, V: (torch.softmax(torch.einsum("...md,...nd->...mn", Q.float(), K.float()) / Q.shape[-1] ** 0.5, -1)
+                          @ V.float(), torch.softmax(torch.einsum("...md,...nd->...mn", Q.float(), K.float())
+                                                     / Q.shape[-1] ** 0.5, -1)), None),                 # einsum, float32
+        (lambda Q, K, V: (torch.nn.functional.scaled_dot_product_attention(Q, K, V),
+                          torch.softmax(Q @ K.mT * Q.shape[-1] ** -0.5, -1)), None),                    # SDPA
+        (lambda Q, K, V: (lambda w: (w @ V, w))(torch.softmax(Q @ K.mT / 4, -1)), "case 2 of 6"),  # sqrt(16), hard-coded
+        (lambda Q, K, V: (lambda w: (w @ V, w))(torch.softmax(Q @ K.mT / V.shape[-1] ** 0.5, -1)), "not of the values"),
+        (lambda Q, K, V: (lambda w: [w @ V, w.tolist()])(torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5, -1)),
+         "should be a torch.Tensor, got list"),
+        (lambda Q, K, V: (lambda w: (w @ V, w))(torch.exp(Q @ K.mT / Q.shape[-1] ** 0.5)), "Scores are Q K^T"),
+    ],
+    "9.1.2": [
+        (lambda r, rho: (rho / r) ** 0.5, None),
+        (lambda r, rho: torch.tensor(rho / r, dtype=torch.float32).sqrt(), None),                     # a float32 0-d tensor
+        (lambda r, rho: math.exp(0.5 * (math.log(rho) - math.log(r))), None),
+        (lambda r, rho: math.sqrt(2 * rho / r), "Expand |rho u - k|^2"),                              # a stray 2
+        (lambda r, rho: 0.6666666666666666, "case 2 of 8"),                                          # hard-coded case 1
+        (lambda r, rho: rho / math.sqrt(r), "h^2 = rho / r, not rho^2 / r"),
+        (lambda r, rho: torch.tensor([math.sqrt(rho / r)]), "should be one number, got a tensor of shape (1,)"),
+    ],
+    "9.2.1": [
+        (_mask_loops, None),
+        (lambda lengths, T: torch.ones(T, T, dtype=torch.bool).triu(1) | (torch.arange(T) >= lengths[:, None])[:, None, :],
+         None),
+        (lambda lengths, T: torch.ones(T, T, dtype=torch.bool).triu(1) | (torch.arange(T)[None, None, :]
+                                                                        > lengths[:, None, None]), "Off by one in the padding"),
+        (lambda lengths, T: torch.ones(T, T, dtype=torch.bool).triu(1).expand(len(lengths), T, T).numpy(),
+         "should be a torch.Tensor, got ndarray"),
+        (lambda lengths, T: torch.ones(T, T, dtype=torch.bool).tril(-1) | (torch.arange(T) >= lengths[:, None])[:, None, :],
+         "entries differ"),                                                                           # transposed causal
+        (lambda lengths, T: torch.ones(5, 5, dtype=torch.bool).triu(1) | (torch.arange(5) >= lengths[:, None])[:, None, :],
+         "case 2 of 6"),                                                                              # a global T = 5
+    ],
+    "9.2.3": [
+        (_mqa_repeat, None),
+        (_mqa_einsum, None),                                                                         # einsum, float32
+        (lambda x, W_q, W_k, W_v, heads: _mqa_repeat(x, W_q, W_k, W_v, heads).transpose(-2, -1).reshape(x.shape),
+         "Every head's queries"),
+        (lambda x, W_q, W_k, W_v, heads: torch.nn.functional.scaled_dot_product_attention(
+            x @ W_q, (x @ W_k).repeat(1, 1, heads), (x @ W_v).repeat(1, 1, heads), is_causal=True), "Every head's"),
+    ],
+    "9.3.2": [
+        (_far_closed_form, None),                                                                    # geometric series
+        (lambda m, T, w: torch.softmax(-m * torch.arange(T, dtype=torch.float32), 0)[w + 1:].sum().item(), None),
+        (lambda m, T, w: sum(math.exp(-m * t) for t in range(w + 1, T)) / sum(math.exp(-m * t) for t in range(T)), None),
+        (lambda m, T, w: torch.softmax(-m * torch.arange(1, T + 1, dtype=torch.float64), 0)[w:].sum().item(),
+         "distance w itself is inside"),
+        (lambda m, T, w: torch.softmax(-m * torch.arange(T, dtype=torch.float64), 0)[w + 1:].sum(), None),  # a 0-d tensor
+        (lambda m, T, w: 1 - torch.softmax(-m * torch.arange(T, dtype=torch.float64), 0)[:w].sum().item(),
+         "distance w itself is inside"),
+    ],
+    "9.3.3": [
+        (_rope_complex, None),                                                                       # complex rotation
+        (lambda x, scale=1.0: _rope_complex(x.float(), scale), None),                               # float32
+        (lambda x, scale=1.0: _rope_complex(x, scale)[..., :], None),
+        (lambda x, scale=1.0: _rope_complex(x, 1 / scale), "not multiply"),
+        (lambda x, scale=1.0: _rope_complex(x, scale).mT.contiguous().view(x.shape), "Row t, pair"),
+        (lambda x, scale=1.0: _rope_complex(x, scale).detach().numpy(), "should be a torch.Tensor"),
+    ],
+    "9.4.2": [
+        (lambda z, w: (lambda z: torch.autograd.grad(w * torch.logsumexp(z, -1).pow(2).mean(), z)[0])(
+            z.detach().requires_grad_()), None),                                                      # autograd
+        (lambda z, w: (lambda e: 2 * w * e.sum(-1, keepdim=True).log() * e / e.sum(-1, keepdim=True) / len(z))(
+            (z - z.amax(-1, keepdim=True)).exp()) + 2 * w * z.amax(-1, keepdim=True) * torch.softmax(z, -1) / len(z), None),
+        (lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, 0) / z.shape[0],
+         "d/dz_j of w mean_rows"),
+        (lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.numel(), "d/dz_j"),
+        (lambda z, w: (2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.shape[0]).tolist(),
+         "should be a torch.Tensor, got list"),
+    ],
+    "9.4.3": [
+        (lambda z, t, eps: torch.nn.functional.cross_entropy(
+            z, (1 - eps) * torch.nn.functional.one_hot(t, z.shape[-1]).to(z.dtype) + eps / z.shape[-1]), None),  # soft targets
+        (lambda z, t, eps: ((1 - eps) * torch.nn.functional.nll_loss(z.float().log_softmax(-1), t)
+                            - eps * z.float().log_softmax(-1).mean(-1).mean()).item(), None),        # float32 decomposition
+        (lambda z, t, eps: torch.nn.functional.cross_entropy(z, t), "eps"),                            # no smoothing
+        (lambda z, t, eps: (-(1 - eps) * z.log_softmax(-1).gather(1, t[:, None]).squeeze(1)
+                            - eps / z.shape[-1] * z.log_softmax(-1).sum(-1)).sum().item(), "a mean, not a sum"),
+        (lambda z, t, eps: f"{torch.nn.functional.cross_entropy(z, t):.4f}", "should be a number, got str"),
+    ],
+    "9.5.1": [
+        (_merge_logaddexp, None),
+        (lambda a, b: (lambda m: (m, a[1] * (a[0] - m).exp() + b[1] * (b[0] - m).exp(),
+                                  a[2] * (a[0] - m).exp() + b[2] * (b[0] - m).exp()))(torch.where(a[0] > b[0], a[0], b[0])),
+         None),
+        (lambda a, b: tuple(x.float() for x in _merge_logaddexp(a, b)), None),                       # float32
+        (lambda a, b: (torch.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]), "Rescale each tile's normalizer l"),
+        (lambda a, b: {"m": torch.maximum(a[0], b[0])}, "return a tuple (m, l, acc)"),
+        (lambda a, b: (torch.maximum(a[0], b[0]).squeeze(-1),) + _merge_logaddexp(a, b)[1:], "should have shape"),
+    ],
+    "9.5.2": [
+        (_kv_loop, None),
+        (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: math.prod(
+            [2, layers, kv_heads, d_head, T, batch, bytes_per]), None),
+        (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2:
+            float(2 * layers * kv_heads * d_head * T * batch * bytes_per), None),                      # a whole float
+        (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: 2 * layers * kv_heads * d_head * T * batch * 2,
+         "Use the argument bytes_per"),                                                                # bytes hard-coded
+        (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: 2 * layers * kv_heads * d_head * T * batch
+         * bytes_per * 8, "not bits"),
+        (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: 2 * layers * kv_heads * d_head * T * batch
+         * bytes_per / 2 ** 30, "expected"),                                                           # GiB, not bytes
+    ],
+    "9.6.1": [
+        (lambda img, W, b, P: torch.einsum("chpwq,dcpq->hwd", img.reshape(img.shape[0], img.shape[1] // P, P,
+                                                                          img.shape[2] // P, P), W.view(len(b), -1, P, P))
+         .flatten(0, 1) + b, None),                                                                   # einsum over patches
+        (lambda img, W, b, P: (torch.nn.functional.conv2d(img[None].float(), W.view(len(b), img.shape[0], P, P).float(),
+                                                          b.float(), stride=P)[0].flatten(1).T), None),   # float32
+        (lambda img, W, b, P: torch.nn.functional.conv2d(img[None], W.view(len(b), img.shape[0], P, P), b, stride=P)[0]
+         .flatten(1), "one row per patch"),
+        (lambda img, W, b, P: torch.nn.functional.conv2d(img[None], W.view(len(b), img.shape[0], P, P), b)[0].flatten(1).T,
+         "should have shape"),                                                                        # stride forgotten
+    ],
+    "9.6.2": [
+        (_relative_loops, None),
+        (lambda w: (lambda c: (c[:, None] - c[None] + w - 1) @ torch.tensor([2 * w - 1, 1]))(
+            torch.stack(torch.meshgrid(torch.arange(w), torch.arange(w), indexing="ij")).flatten(1).T), None),  # meshgrid
+        (lambda w: _relative_loops(w).int(), None),                                                   # int32 indexes too
+        (lambda w: (lambda c: (c[:, None] - c[None] + w - 1) @ torch.tensor([2 * w - 1, 1]))(
+            torch.stack(torch.meshgrid(torch.arange(w), torch.arange(w), indexing="xy")).flatten(1).T),
+         "Rows first"),
+        (lambda w: _relative_loops(w).tolist(), "should be a torch.Tensor, got list"),
+        (lambda w: _relative_loops(w).to(torch.uint8), "should be integers (torch.long), got torch.uint8"),
+    ],
+    "9.6.3": [
+        (lambda pos, n_new: torch.cat([pos[:1], _bilinear(pos[1:].reshape(int((len(pos) - 1) ** 0.5), -1, pos.shape[1]),
+                                                          n_new).flatten(0, 1)]), None),              # by hand
+        (lambda pos, n_new: torch.cat([pos[:1], torch.nn.Upsample(size=(n_new, n_new), mode="bilinear")(
+            pos[1:].float().T.reshape(1, pos.shape[1], int((len(pos) - 1) ** 0.5), -1))[0].flatten(1).T.double()]), None),
+        (lambda pos, n_new: torch.cat([pos[:1], torch.nn.functional.interpolate(
+            pos[1:].T.reshape(1, pos.shape[1], int((len(pos) - 1) ** 0.5), -1), size=(n_new, n_new), mode="bilinear",
+            align_corners=True)[0].flatten(1).T]), "align_corners=False"),
+        (lambda pos, n_new: torch.cat([pos[:1], torch.nn.functional.interpolate(
+            pos[1:].T.reshape(1, pos.shape[1], int((len(pos) - 1) ** 0.5), -1), size=(n_new, n_new), mode="nearest")[0]
+            .flatten(1).T]), "align_corners=False"),
+        (lambda pos, n_new: torch.cat([pos[:1], torch.nn.functional.interpolate(
+            pos[1:].T.reshape(1, pos.shape[1], int((len(pos) - 1) ** 0.5), -1), size=(n_new, n_new), mode="bicubic",
+            align_corners=False)[0].flatten(1).T]), "align_corners=False"),
+    ],
+}
+
+
+@pytest.mark.parametrize("number", sorted(STUDENTS))
+def test_students_right_answers_pass_and_wrong_ones_get_their_message(number):
+    right = [a for a, expected in STUDENTS[number] if expected is None]
+    assert len(right) >= 2, f"{number}: at least two right answers unlike the reference"
+    for answer, expected in STUDENTS[number]:
+        for ok, message in _answers(verdict, number, answer):
+            if expected is None:
+                assert ok, f"{number} refused a right answer: {message}"
+            else:
+                assert ok is False and expected in message, f"{number}: expected {expected!r} in: {message}"
+
+
+@pytest.mark.parametrize("number", sorted(set(WRONG) & set(STUDENTS)))
+def test_wrong_answers_fail_on_every_fresh_draw(number):
+    for answer, hint in WRONG[number]:
+        for ok, message in _answers(verdict, number, answer, runs=4):
+            assert ok is False and hint in message, f"{number}: expected {hint!r} in: {message}"
