@@ -677,6 +677,10 @@ def _(answer):
             (want_w.transpose(-2, -1), "Your weights are transposed: row i should hold query i's weights over the keys."),
         ]
         out, w = pair(call(answer, Q, K, V, case=case), case, ("outputs", "weights"))
+        if isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor) and out.shape == want_w.shape \
+                and w.shape == want_out.shape and want_w.shape != want_out.shape:
+            raise Wrong(f"{case}: your first result has the weights' shape and the second the outputs': "
+                        "return (outputs, weights), in that order.")
         compare(w, want_w, case, what="weights", mistakes=mistakes, hint="Scores are Q K^T / sqrt(d_k), one row per query.")
         compare(out, want_out, case, what="outputs", hint="Your weights are right: the outputs are weights @ V.")
 
@@ -751,6 +755,7 @@ def _(answer):
             (causal & pad_keys.expand(-1, T, -1), "Combine the masks with |: a key is hidden if it is in the future OR padding."),
             (causal.expand(len(lengths), T, T), "The padding is missing: also hide keys j >= length."),
             (causal | pad_late, "Off by one in the padding: the real keys are 0 .. length - 1, so hide j >= length."),
+            (~causal | pad_keys, "The causal part is reversed: hide the keys after the query (j > i), not those up to it."),
         ], hint="Hide key j from query i where j > i or j >= the sequence's length.")
 
 
@@ -776,13 +781,13 @@ def _(answer):
         compare(out, w @ v, case, what="outputs", hint="Your weights are right: the outputs are weights @ v.")
 
 
-def _mqa(x, Wq, Wk, Wv, heads, causal=True, split=True, scale=None, merge=True):
+def _mqa(x, Wq, Wk, Wv, heads, causal=True, split=True, scale=None, merge=True, diagonal=1):
     B, T, d = x.shape
     q = (x @ Wq).view(B, T, heads, d // heads).transpose(1, 2) if split else (x @ Wq).view(B, heads, T, d // heads)
     k, v = (x @ Wk)[:, None], (x @ Wv)[:, None]                        # (B, 1, T, d_h): one head, shared
     s = q @ k.mT * (scale or (d // heads) ** -0.5)
     if causal:
-        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal), float("-inf"))
     y = torch.softmax(s, -1) @ v                                       # (B, H, T, d_h)
     return y.transpose(1, 2).reshape(B, T, d) if merge else y.reshape(B, T, d)
 
@@ -807,6 +812,9 @@ def _(answer):
         mistakes = [
             (_mqa(x, Wq, Wk, Wv, H, causal=False), "Later tokens leak into earlier ones: add the causal mask."),
             (_mqa(x, Wq, Wk, Wv, H, scale=d ** -0.5), "Scale by 1/sqrt(d_h), the width of one head, not 1/sqrt(d)."),
+            (_mqa(x, Wq, Wk, Wv, H, scale=1.0), "The scores are not scaled: divide them by sqrt(d_h), the width of one head."),
+            (_mqa(x, Wq, Wk, Wv, H, diagonal=0), "The mask hides the diagonal too, so the first token sees nothing (NaN): "
+                                                 "hide only the keys after the query, triu(..., diagonal=1)."),
             (_mqa(x, Wq, Wk, Wv, H, split=False), "Split the queries into heads with view(B, T, H, d_h).transpose(1, 2), "
                                                   "not view(B, H, T, d_h): that mixes tokens into heads."),
             (_mqa(x, Wq, Wk, Wv, H, merge=False), "Put the heads back with transpose(1, 2) before the reshape to (B, T, d)."),

@@ -756,6 +756,20 @@ def _mqa_repeat(x, W_q, W_k, W_v, heads):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2)
 
 
+def _mqa_unscaled(x, W_q, W_k, W_v, heads):
+    B, T, d = x.shape
+    q = (x @ W_q).view(B, T, heads, d // heads).transpose(1, 2)
+    s = (q @ (x @ W_k)[:, None].mT).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return (s.softmax(-1) @ (x @ W_v)[:, None]).transpose(1, 2).reshape(B, T, d)
+
+
+def _mqa_diagonal(x, W_q, W_k, W_v, heads):
+    B, T, d = x.shape
+    q = (x @ W_q).view(B, T, heads, d // heads).transpose(1, 2)
+    s = (q @ (x @ W_k)[:, None].mT / (d // heads) ** 0.5).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(), float("-inf"))
+    return (s.softmax(-1) @ (x @ W_v)[:, None]).transpose(1, 2).reshape(B, T, d)
+
+
 def _mqa_einsum(x, W_q, W_k, W_v, heads):
     B, T, d = x.shape
     q = torch.einsum("btd,de->bte", x, W_q).reshape(B, T, heads, -1).float()
@@ -777,6 +791,7 @@ STUDENTS = {
         (lambda Q, K, V: (lambda w: [w @ V, w.tolist()])(torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5, -1)),
          "should be a torch.Tensor, got list"),
         (lambda Q, K, V: (lambda w: (w @ V, w))(torch.exp(Q @ K.mT / Q.shape[-1] ** 0.5)), "Scores are Q K^T"),
+        (lambda Q, K, V: (lambda w: (w, w @ V))(torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5, -1)), "in that order"),
     ],
     "9.1.2": [
         (lambda r, rho: (rho / r) ** 0.5, None),
@@ -799,6 +814,8 @@ STUDENTS = {
          "entries differ"),                                                                           # transposed causal
         (lambda lengths, T: torch.ones(5, 5, dtype=torch.bool).triu(1) | (torch.arange(5) >= lengths[:, None])[:, None, :],
          "case 2 of 6"),                                                                              # a global T = 5
+        (lambda lengths, T: torch.ones(T, T, dtype=torch.bool).tril() | (torch.arange(T) >= lengths[:, None])[:, None, :],
+         "The causal part is reversed"),                                                             # j <= i
     ],
     "9.2.3": [
         (_mqa_repeat, None),
@@ -807,6 +824,8 @@ STUDENTS = {
          "Every head's queries"),
         (lambda x, W_q, W_k, W_v, heads: torch.nn.functional.scaled_dot_product_attention(
             x @ W_q, (x @ W_k).repeat(1, 1, heads), (x @ W_v).repeat(1, 1, heads), is_causal=True), "Every head's"),
+        (_mqa_unscaled, "The scores are not scaled"),
+        (_mqa_diagonal, "hides the diagonal too"),
     ],
     "9.3.2": [
         (_far_closed_form, None),                                                                    # geometric series
