@@ -781,13 +781,13 @@ def _(answer):
         compare(out, w @ v, case, what="outputs", hint="Your weights are right: the outputs are weights @ v.")
 
 
-def _mqa(x, Wq, Wk, Wv, heads, causal=True, split=True, scale=None, merge=True, diagonal=1):
+def _mqa(x, Wq, Wk, Wv, heads, causal=True, split=True, scale=None, merge=True):
     B, T, d = x.shape
     q = (x @ Wq).view(B, T, heads, d // heads).transpose(1, 2) if split else (x @ Wq).view(B, heads, T, d // heads)
     k, v = (x @ Wk)[:, None], (x @ Wv)[:, None]                        # (B, 1, T, d_h): one head, shared
     s = q @ k.mT * (scale or (d // heads) ** -0.5)
     if causal:
-        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal), float("-inf"))
+        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 0 if causal == "diagonal" else 1), float("-inf"))
     y = torch.softmax(s, -1) @ v                                       # (B, H, T, d_h)
     return y.transpose(1, 2).reshape(B, T, d) if merge else y.reshape(B, T, d)
 
@@ -813,7 +813,7 @@ def _(answer):
             (_mqa(x, Wq, Wk, Wv, H, causal=False), "Later tokens leak into earlier ones: add the causal mask."),
             (_mqa(x, Wq, Wk, Wv, H, scale=d ** -0.5), "Scale by 1/sqrt(d_h), the width of one head, not 1/sqrt(d)."),
             (_mqa(x, Wq, Wk, Wv, H, scale=1.0), "The scores are not scaled: divide them by sqrt(d_h), the width of one head."),
-            (_mqa(x, Wq, Wk, Wv, H, diagonal=0), "The mask hides the diagonal too, so the first token sees nothing (NaN): "
+            (_mqa(x, Wq, Wk, Wv, H, causal="diagonal"), "The mask hides the diagonal too, so the first token sees nothing (NaN): "
                                                  "hide only the keys after the query, triu(..., diagonal=1)."),
             (_mqa(x, Wq, Wk, Wv, H, split=False), "Split the queries into heads with view(B, T, H, d_h).transpose(1, 2), "
                                                   "not view(B, H, T, d_h): that mixes tokens into heads."),
