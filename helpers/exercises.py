@@ -701,29 +701,6 @@ def _(answer):
         ], hint="Expand |rho u - k|^2 / (2 h^2) and match the term in u.k with r u.k.")
 
 
-@exercise("9.1.3", "At every width tried your scale is within 10% of 1/sqrt(d): the scale that keeps the scores "
-                   "at unit variance falls as d^(-1/2).")
-def _(answer):
-    widths = (4, 16, 64, 256, 1024)
-    for k, d in enumerate(widths, start=1):
-        case = f"case {k} of {len(widths)} (d = {d})"
-        got = call(answer, d, torch.Generator().manual_seed(d))
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            raise Wrong(f"{case}: return one number, the scale, got {type(got).__name__}") from None
-        want = d ** -0.5
-        if abs(got - want) <= 0.1 * want:
-            continue
-        detail = f"expected about {want:.4g}, got {got:.4g}"
-        for result, why in [(1 / d, "That is 1 / variance: the scale divides by the scores' standard deviation."),
-                            (d ** 0.5, "Upside down: return 1 / (standard deviation of the scores)."),
-                            (1.0, "Your scale does not change with d: compute the scores q . k = sum over the d coordinates.")]:
-            if abs(got - result) <= 0.1 * result:
-                raise Wrong(f"{case}: {detail}. {why}")
-        raise Wrong(f"{case}: {detail}. Draw a few thousand pairs q, k ~ N(0, I_d) and return 1 / std(q . k).")
-
-
 # 9.2 -----------------------------------------------------------------------------------------------
 
 def _masks(lengths, T):
@@ -757,28 +734,6 @@ def _(answer):
             (causal | pad_late, "Off by one in the padding: the real keys are 0 .. length - 1, so hide j >= length."),
             (~causal | pad_keys, "The causal part is reversed: hide the keys after the query (j > i), not those up to it."),
         ], hint="Hide key j from query i where j > i or j >= the sequence's length.")
-
-
-@exercise("9.2.2", "Hidden keys get no weight, every row of weights sums to one, and the outputs match.")
-def _(answer):
-    g = torch.Generator().manual_seed(22)
-    for k, (lengths, T, d) in enumerate([([4, 2], 4, 8), ([5, 5, 3], 5, 16)], start=1):
-        case = f"case {k} of 2 (lengths {lengths}, T = {T}, d_k = {d})"
-        causal, pad_keys, _ = _masks(lengths, T)
-        mask = causal | pad_keys
-        q, k_, v = randn(len(lengths), T, d, g=g), randn(len(lengths), T, d, g=g), randn(len(lengths), T, 3, g=g)
-        s = q @ k_.mT / d ** 0.5
-        w = torch.softmax(s.masked_fill(mask, float("-inf")), -1)
-        out, got_w = pair(call(answer, q, k_, v, mask), case, ("outputs", "weights"))
-        after = torch.softmax(s, -1).masked_fill(mask, 0.0)
-        compare(got_w, w, case, what="weights", mistakes=[
-            (after, "Your weights do not sum to one: apply the mask to the scores, before the softmax, not to the weights."),
-            (torch.softmax(s.masked_fill(mask, 0.0), -1), "Hidden keys still get weight: fill them with -inf, not 0."),
-            (torch.softmax(s, -1), "The mask is not applied: masked_fill the scores where the mask is True."),
-            (torch.softmax(s.masked_fill(~mask, float("-inf")), -1), "You hid the visible keys: True in the mask means hidden."),
-            (torch.softmax(s.masked_fill(mask, float("-inf")), -2), "Take the softmax over the keys (dim=-1), not the queries."),
-        ], hint="Scores q k^T / sqrt(d_k), masked_fill(mask, -inf), then the softmax over the keys.")
-        compare(out, w @ v, case, what="outputs", hint="Your weights are right: the outputs are weights @ v.")
 
 
 def _mqa(x, Wq, Wk, Wv, heads, causal=True, split=True, scale=None, merge=True):
@@ -824,24 +779,6 @@ def _(answer):
 
 
 # 9.3 -----------------------------------------------------------------------------------------------
-
-@exercise("9.3.1", "Your bias is -m_h |i - j| for every head, length and slope tried.")
-def _(answer):
-    from helpers.positions import alibi_slopes
-    for k, (T, slopes) in enumerate([(4, torch.tensor([0.5, 0.25], dtype=torch.float64)),
-                                     (6, alibi_slopes(8)), (1, alibi_slopes(3))], start=1):
-        case = f"case {k} of 3 (T = {T}, {len(slopes)} heads)"
-        i = torch.arange(T, dtype=torch.float64)
-        offset = i[:, None] - i[None, :]                                # i - j, query minus key
-        m = slopes[:, None, None]
-        want = -m * offset.abs()
-        compare(call(answer, T, slopes), want, case, what="bias", mistakes=[
-            (m * offset.abs(), "The bias penalizes distance: -m |i - j| is negative away from the diagonal."),
-            (-m * offset, "Use the distance |i - j|: -m (i - j) rewards keys after the query."),
-            (m * offset, "-m |i - j|: the sign is wrong and the distance is missing its absolute value."),
-            (-m * offset.abs() / T, "Do not normalize by the length: the penalty grows with the distance itself."),
-        ], hint="Entry (h, i, j) is -slopes[h] * |i - j|.")
-
 
 @exercise("9.3.2", "Your far weights are right for steep and shallow heads, short and long sequences.")
 def _(answer):
@@ -901,41 +838,6 @@ def _(answer):
 
 
 # 9.4 -----------------------------------------------------------------------------------------------
-
-def _sublayers(d, g):
-    """Two small, distinct sublayers and layer norms with random gains, so every misplaced piece shows."""
-    attn, mlp = torch.nn.Linear(d, d).double(), torch.nn.Linear(d, d).double()
-    norm1, norm2 = torch.nn.LayerNorm(d).double(), torch.nn.LayerNorm(d).double()
-    with torch.no_grad():
-        for p in (*attn.parameters(), *mlp.parameters(), *norm1.parameters(), *norm2.parameters()):
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64))
-    return attn, mlp, norm1, norm2
-
-
-@exercise("9.4.1", "Your block normalizes after each residual addition, as the original transformer did.")
-def _(answer):
-    g = torch.Generator().manual_seed(41)
-    for k, (B, T, d) in enumerate([(2, 3, 8), (1, 5, 16)], start=1):
-        case = f"case {k} of 2 (x of shape {(B, T, d)})"
-        x = randn(B, T, d, g=g)
-        attn, mlp, norm1, norm2 = _sublayers(d, g)
-        with torch.no_grad():
-            h = norm1(x + attn(x))
-            want = norm2(h + mlp(h))
-            pre = x + attn(norm1(x))
-            pre = pre + mlp(norm2(pre))
-            inside = x + norm1(attn(x))
-            inside = inside + norm2(mlp(inside))
-            no_residual = norm2(mlp(norm1(attn(x))))
-            swapped = norm1(norm2(x + attn(x)) + mlp(norm2(x + attn(x))))
-            got = call(answer, x, attn, mlp, norm1, norm2)
-        compare(got, want, case, mistakes=[
-            (pre, "That is pre-normalization, x + attn(norm1(x)): here the norm comes after the addition."),
-            (inside, "The norm goes around the sum, norm1(x + attn(x)), not around the sublayer's output."),
-            (no_residual, "The residual connections are missing: add x before normalizing."),
-            (swapped, "norm1 follows the attention sublayer and norm2 the MLP: they are swapped."),
-        ], hint="h = norm1(x + attn(x)), then norm2(h + mlp(h)).")
-
 
 @exercise("9.4.2", "Your gradient matches autograd's: 2 w log Z softmax(z) / N, which pulls every logit down "
                    "in proportion to its probability while log Z is positive.")
@@ -1031,6 +933,14 @@ def _(answer):
                 (x_a * torch.exp(m - a[0]) + x_b * torch.exp(m - b[0]),
                  "The rescaling factor is exp(m_tile - m), at most 1: yours is upside down."),
             ], hint=f"{what} = {what.split()[-1]}_a exp(m_a - m) + {what.split()[-1]}_b exp(m_b - m).")
+    # Queries that have seen no key in either tile (a fully masked row, as tiled_attention meets): m = -inf, l = 0.
+    case = "case 4 of 4 (2 queries that saw no key in either tile: m = -inf, l = 0, acc = 0)"
+    empty = (torch.full((2, 1), float("-inf"), dtype=torch.float64), torch.zeros(2, 1, dtype=torch.float64),
+             torch.zeros(2, 3, dtype=torch.float64))
+    got = pair(call(answer, empty, tuple(t.clone() for t in empty)), case, ("m", "l", "acc"))
+    for what, got_x, want in zip(("maximum m", "normalizer l", "sum acc"), got, empty, strict=True):
+        compare(got_x, want, case, what=what, hint="exp(m_a - m) is exp(-inf - (-inf)) = NaN here: where m is -inf, "
+                                                     "shift by 0 instead (torch.where), as tiled_attention does.")
 
 
 @exercise("9.5.2", "Your cache sizes are exact for multi-head, grouped-query and multi-query models.")
@@ -1065,21 +975,6 @@ def _(answer):
         compare_number(call(answer, layers, heads, kv_heads, d_head, T, batch, nbytes, case=case), want, case, exact=True,
                        what="number of bytes", mistakes=mistakes,
                        hint="2 (keys and values) x layers x kv_heads x d_head x T x batch x bytes per number.")
-
-
-@exercise("9.5.3", "Your mask lets each query see itself and the w - 1 keys before it, and nothing in its future.")
-def _(answer):
-    for k, (T, w) in enumerate([(6, 2), (8, 3), (5, 1), (4, 4)], start=1):
-        case = f"case {k} of 4 (T = {T}, window {w})"
-        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-        want = (j > i) | (i - j >= w)
-        compare(call(answer, T, w), want, case, what="mask", mistakes=[
-            ((j > i) | (i - j > w), "Off by one: the window of w keys is the query itself and the w - 1 before it, "
-                                    "so hide i - j >= w."),
-            ((i - j).abs() >= w, "Hide the future as well: j > i."),
-            (~want, "True should mark the keys a query may NOT see: your mask is inverted."),
-            ((j > i) | (i - j >= w - 1), "Off by one the other way: the query sees w keys, itself included."),
-        ], hint="Hide key j from query i where j > i or i - j >= w.")
 
 
 # 9.6 -----------------------------------------------------------------------------------------------
@@ -1152,3 +1047,393 @@ def _(answer):
              "Row 0 is the class token, not a patch: interpolate rows 1 .. n^2 only."),
         ], hint="Row 0 is the class token, kept as it is; rows 1.. are an n x n grid in raster order, interpolated "
                 "bilinearly (align_corners=False) to n_new x n_new.")
+
+
+# New experiment exercises (9.1.3, 9.2.2, 9.3.1, 9.4.1, 9.5.3, 9.A.*) ---------------------------------
+# Each check draws fresh cases (a new seed every time), computes what it expects before the answer runs,
+# hands the answer copies or checks that its inputs are unchanged, and checks the type of what comes back.
+
+import copy as _copy  # noqa: E402
+import numbers as _numbers  # noqa: E402
+import random as _random  # noqa: E402
+
+
+def _fresh():
+    """A generator seeded afresh at each check, so that no case can be learned from a message."""
+    return torch.Generator().manual_seed(_random.SystemRandom().randrange(2**31))
+
+
+def _pick(g, options):
+    return options[int(torch.randint(len(options), (1,), generator=g))]
+
+
+def _integer(got, case, what, inf_ok=False):
+    """``got`` as an int: Python or NumPy integers and 0-d integer tensors; never a bool, float or string
+    (with ``inf_ok``, also infinity: math.inf, as ``min`` of nothing)."""
+    if inf_ok and isinstance(got, _numbers.Real | torch.Tensor) and not isinstance(got, bool) and \
+            (not isinstance(got, torch.Tensor) or got.dim() == 0) and float(got) == math.inf:
+        return math.inf
+    if isinstance(got, torch.Tensor) and got.dim() == 0 and not got.is_floating_point() and got.dtype != torch.bool:
+        return int(got)
+    if isinstance(got, _numbers.Integral) and not isinstance(got, bool):
+        return int(got)
+    raise Wrong(f"{case}: the {what} should be an integer{' or math.inf' if inf_ok else ''}, got {type(got).__name__}"
+                + (f" {got!r}" if isinstance(got, float | str | bool) else ""))
+
+
+def _real(got, case, what):
+    """``got`` as a float: a Python, NumPy or 0-d floating-point tensor number; never a bool or string."""
+    if isinstance(got, torch.Tensor) and got.dim() == 0 and got.dtype != torch.bool:
+        return float(got)
+    if isinstance(got, _numbers.Real) and not isinstance(got, bool):
+        return float(got)
+    raise Wrong(f"{case}: the {what} should be a number, got {type(got).__name__}")
+
+
+def _unchanged(before, after, case, what):
+    if any(not torch.equal(a, b) for a, b in zip(before, after, strict=True)):
+        raise Wrong(f"{case}: your function changed its input {what}; work on a copy (x.clone()) or without "
+                    "in-place operations.")
+
+
+# 9.1.3: decoding the reversal model with some source positions hidden ----------------------------------
+
+def _decode_hiding(model, source, offsets, relative=1, copied=True, renormalize=True, context=True, wrap=False):
+    """Greedy decoding with source positions n - 1 - t + o, o in offsets, hidden at output step t."""
+    n = source.shape[1]
+    with torch.no_grad():
+        h, _ = model.encoder(model.embed(source))
+        s = torch.tanh(model.init(h.mean(1)))
+        prev = torch.full_like(source[:, 0], model.vocab)
+        logits, weights = [], []
+        for t in range(n):
+            c, a = model.attention(s, h)
+            hide = torch.zeros(n, dtype=torch.bool)
+            for o in offsets:
+                i = (n - 1 - t if copied else t) + relative * o
+                if 0 <= i < n or (wrap and -n <= i < 0):
+                    hide[i] = True
+            a = a.masked_fill(hide, 0.0)
+            if renormalize:
+                a = a / a.sum(-1, keepdim=True)
+            if context:
+                c = (a[:, :, None] * h).sum(1)
+            s = model.cell(torch.cat([model.embed(prev), c], -1), s)
+            logit = model.out(torch.cat([s, c], -1))
+            logits.append(logit)
+            weights.append(a)
+            prev = logit.argmax(-1)
+    return torch.stack(logits, 1), torch.stack(weights, 1)
+
+
+@exercise("9.1.3", "With the positions you hid, your decoder's weights and logits are those of the model's own "
+                   "decoding loop with the hidden weights removed and the rest renormalized, also where an offset "
+                   "runs past either end of the string.")
+def _(answer):
+    from helpers.models import AdditiveAttention, AttentionSeq2Seq
+    g = _fresh()
+    # One case hides the copied position or its neighbours, one reaches past the start of the string (-1).
+    offset_sets = (([0], [1], [0, 1]), ([-1, 0], [-1, 2]), ([0], [1], [-1, 0], [0, 1], [-1, 2]))
+    for k in range(1, 4):
+        n, d, B = _pick(g, (4, 5, 6, 7)), _pick(g, (8, 12, 16)), _pick(g, (3, 5, 8))
+        offsets = list(_pick(g, offset_sets[k - 1]))
+        case = f"case {k} of 3 (strings of {n} digits, width {d}, offsets {offsets})"
+        with torch.random.fork_rng():
+            torch.manual_seed(int(torch.randint(2**31, (1,), generator=g)))
+            model = AttentionSeq2Seq(10, d, AdditiveAttention(d, d, d)).eval()
+            with torch.no_grad():
+                model.out.weight.mul_(8.0)          # clear winners: greedy decoding does not hinge on rounding
+        source = torch.randint(10, (B, n), generator=g)
+        want_logits, want_w = _decode_hiding(model, source, offsets)
+        state = {name: p.clone() for name, p in model.state_dict().items()}
+        attention, source_copy = model.attention, source.clone()
+        got = pair(call(answer, model, source_copy, offsets), case, ("logits", "weights"))
+        if model.attention is not attention or any(not torch.equal(p, state[name]) for name, p in model.state_dict().items()):
+            raise Wrong(f"{case}: your function changed the model (its attention or its parameters): "
+                        "decode with the model as it is, and leave it as you found it.")
+        _unchanged([source], [source_copy], case, "source")
+        compare(got[1], want_w, case, what="weights", atol=1e-5, rtol=1e-4, mistakes=[
+            (_decode_hiding(model, source, offsets, relative=-1)[1],
+             "Offset +1 is the position after the one being copied: n - 1 - t + 1, not n - 1 - t - 1."),
+            (_decode_hiding(model, source, offsets, copied=False)[1],
+             "At output step t the decoder copies source position n - 1 - t, not position t."),
+            (_decode_hiding(model, source, offsets, renormalize=False)[1],
+             "The weights left should sum to one again: divide by their sum (or set the hidden scores to -inf)."),
+            (_decode_hiding(model, source, offsets, wrap=True)[1],
+             "A position outside 0 .. n - 1 does not exist: skip it (a negative index wraps around to the end)."),
+        ], hint="At step t hide positions n - 1 - t + o for each offset o, then renormalize the other weights.")
+        compare(got[0], want_logits, case, what="logits", atol=1e-4, rtol=1e-4, mistakes=[
+            (_decode_hiding(model, source, offsets, context=False)[0],
+             "Your weights are right, but the context still comes from the old ones: c = sum_i a_i h_i with the new a."),
+        ], hint="Your weights are right: feed the context sum_i a_i h_i and your own previous prediction, as "
+                "AttentionSeq2Seq.forward does.")
+
+
+# 9.2.2: how far back a layer sees, measured with gradients ----------------------------------------------
+
+class _Conv(torch.nn.Module):
+    def __init__(self, d, k, dilation):
+        super().__init__()
+        self.pad, self.conv = (k - 1) * dilation, torch.nn.Conv1d(d, d, k, dilation=dilation)
+
+    def forward(self, x):
+        return self.conv(F.pad(x.transpose(1, 2), (self.pad, 0))).transpose(1, 2)
+
+
+class _Window(torch.nn.Module):
+    """Causal attention that sees the w most recent positions (w = None: all of them)."""
+    def __init__(self, d, w):
+        super().__init__()
+        self.mha, self.w = torch.nn.MultiheadAttention(d, 1, batch_first=True), w
+
+    def forward(self, x):
+        i, j = torch.arange(x.shape[1])[:, None], torch.arange(x.shape[1])[None, :]
+        hidden = (j > i) | ((i - j >= self.w) if self.w else torch.zeros_like(j > i))
+        return self.mha(x, x, x, attn_mask=hidden, need_weights=False)[0]
+
+
+def _layer(g, d, T, kinds=("conv", "window", "stack", "attention", "pointwise")):
+    """A hidden layer (or stack) and how far back its last output sees."""
+    kind = _pick(g, kinds)
+    if kind == "conv":
+        k, dilation = _pick(g, (2, 3, 4, 5)), _pick(g, (1, 2, 3))
+        return torch.nn.Sequential(_Conv(d, k, dilation)), max(j * dilation for j in range(k) if j * dilation < T)
+    if kind == "window":
+        w = _pick(g, (2, 3, 5, 8))
+        return torch.nn.Sequential(_Window(d, w)), min(w - 1, T - 1)
+    if kind == "stack":
+        w, k = _pick(g, (2, 3, 4)), _pick(g, (2, 3))
+        return torch.nn.Sequential(_Window(d, w), _Conv(d, k, 1), _Window(d, w)), min(2 * (w - 1) + k - 1, T - 1)
+    if kind == "attention":
+        return torch.nn.Sequential(_Window(d, None)), T - 1
+    return torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.Tanh()), 0
+
+
+@exercise("9.2.2", "Your measurement finds how far back the last output sees for convolutions, windowed and full "
+                   "causal attention, stacks of them, and a layer that sees only its own position.")
+def _(answer):
+    g = _fresh()
+    for k in range(1, 5):
+        T, d = _pick(g, (12, 16, 20, 24)), _pick(g, (2, 4))
+        with torch.random.fork_rng():
+            torch.manual_seed(int(torch.randint(2**31, (1,), generator=g)))
+            # Cases 1-3 see back 1 .. T - 1 positions; case 4 may be a layer that sees only its own position.
+            layer, want = _layer(g, d, T) if k == 4 else _layer(g, d, T, ("conv", "window", "stack", "attention"))
+        case = f"case {k} of 4 (a hidden layer, T = {T}, d = {d})"
+        got = _integer(call(answer, layer, T, d), case, "reach")
+        compare_number(got, want, case, exact=True, what="reach", mistakes=[
+            (T - 1 - want, "Return the distance back, T - 1 minus the earliest input that matters, not that input's index."),
+            (want + 1, "Count distances: a layer whose last output sees only its own input has reach 0."),
+            (0, "Differentiate the last output, position T - 1, with respect to the whole input."),
+            (T - 1, "Differentiate the last output alone: an earlier output, or the sum of all outputs, sees other "
+                    "inputs."),
+        ], hint="x (1, T, d) with requires_grad; differentiate layer(x)[0, -1].sum(); the reach is T - 1 minus the "
+                "first position whose gradient is not exactly zero.")
+
+
+# 9.3.1: the content advantage that overrides ALiBi's penalty ---------------------------------------------
+
+def _advantage(m, T, delta, start=0, others=True, penalty=True):
+    dist = torch.arange(start, start + T, dtype=torch.float64)
+    rest = torch.logsumexp(-m * dist[torch.arange(T) != delta], 0).item() if others else 0.0
+    return (m * (delta + start) if penalty else 0.0) + rest
+
+
+@exercise("9.3.1", "Your advantage gives the far key exactly half of the last query's weight, for steep and shallow "
+                   "heads, short and long sequences.")
+def _(answer):
+    g = _fresh()
+    for k in range(1, 5):
+        m = 2.0 ** -_pick(g, (1, 2, 4, 6, 8))
+        T = _pick(g, (16, 100, 1024, 4096))
+        delta = int(torch.randint(1, T, (1,), generator=g))
+        case = f"case {k} of 4 (slope {m:g}, T = {T}, a key {delta} back)"
+        want = _advantage(m, T, delta)
+        got = _real(call(answer, m, T, delta), case, "advantage")
+        compare_number(got, want, case, what="advantage", mistakes=[
+            (_advantage(m, T, delta, others=False), "The other T - 1 keys compete: half the weight means "
+                                                     "exp(b - m delta) equals the sum of their weights."),
+            (_advantage(m, T, delta, penalty=False), "The key's own bias, -m delta, counts against it too."),
+            (_advantage(m, T, delta, start=1), "The query's own key is at distance 0: distances run 0 .. T - 1."),
+        ], hint="Weights softmax over keys at distances 0 .. T - 1 with scores -m delta', plus b for the one key "
+                "delta back: solve for the b that gives it one half.")
+
+
+# 9.4.1: the residual stream's size, block by block --------------------------------------------------------
+
+def _stream(blocks, x, inputs=False, reduce="rms", normalized=False):
+    out = [x] if inputs else []
+    with torch.no_grad():
+        for block in blocks:
+            x = block(x)
+            out.append(block.norm1(x) if normalized else x)
+    if reduce == "rms":
+        return torch.stack([z.pow(2).mean().sqrt() for z in out])
+    if reduce == "norm":
+        return torch.stack([z.norm() for z in out])
+    return torch.stack([z.std() for z in out])
+
+
+@exercise("9.4.1", "Your measurement is the RMS of the residual stream after each block, for stacks of every depth "
+                   "tried.")
+def _(answer):
+    from helpers.models import PreNormBlock
+    g = _fresh()
+    for k in range(1, 4):
+        L, d, B, T = _pick(g, (2, 3, 5)), _pick(g, (8, 16)), _pick(g, (2, 3)), _pick(g, (4, 6))
+        case = f"case {k} of 3 ({L} pre-norm blocks of width {d}, x of shape {(B, T, d)})"
+        with torch.random.fork_rng():
+            torch.manual_seed(int(torch.randint(2**31, (1,), generator=g)))
+            blocks = torch.nn.Sequential(*[PreNormBlock(d, torch.nn.Linear(d, d)) for _ in range(L)])
+            with torch.no_grad():
+                for p in blocks.parameters():
+                    p.mul_(2.0)                             # a stream that visibly grows
+        x = 3 * torch.randn(B, T, d, generator=g) + 1      # a mean away from zero, so RMS and std differ
+        want = _stream(blocks, x)
+        x_copy = x.clone()
+        got = call(answer, blocks, x_copy)
+        _unchanged([x], [x_copy], case, "x")
+        if isinstance(got, list | tuple) and all(isinstance(v, _numbers.Real | torch.Tensor) for v in got):
+            raise Wrong(f"{case}: return a tensor of {L} numbers (torch.stack or torch.tensor), got a {type(got).__name__}")
+        compare(got, want, case, what="RMS after each block", atol=1e-5, rtol=1e-4, mistakes=[
+            (_stream(blocks, x, inputs=True), "One value per block, after it: leave out the input."),
+            (_stream(blocks, x, reduce="norm"), "The RMS is the square root of the mean of the squares, not the norm."),
+            (_stream(blocks, x, reduce="std"), "The RMS does not subtract the mean: sqrt(mean(x ** 2))."),
+            (_stream(blocks, x, normalized=True), "Measure the stream itself, x after each block, not its normalized copy."),
+        ], hint="x = block(x) for each block; after each, sqrt(mean(x ** 2)) over all entries.")
+
+
+# 9.5.3: how many layers a sparse pattern needs to connect every pair --------------------------------------
+
+def _diameter(pattern, hops=False, middle=False):
+    T = pattern.shape[0]
+    p = pattern.to(torch.float64)
+    reach = p.clone()
+    for n in range(1, T + 1):
+        done = (reach[T // 2] > 0).all() if middle else (reach > 0).all()
+        if done:
+            return n - 1 if hops else n
+        reach = ((reach @ p) > 0).to(torch.float64)
+    return math.inf
+
+
+def _pattern(g, T, kinds=("window", "strided", "global", "random", "causal", "blocks")):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    kind = _pick(g, kinds)
+    r = _pick(g, (1, 2, 3))
+    window = (i - j).abs() <= r
+    if kind == "strided":
+        return window | ((i - j) % _pick(g, (3, 4, 5)) == 0)
+    if kind == "global":
+        n = _pick(g, (1, 2))
+        return window | (i < n) | (j < n)
+    if kind == "random":
+        return (torch.rand(T, T, generator=g) < 0.08) | (i == j)
+    if kind == "causal":
+        return window & (j <= i)                            # never reaches the future: never all connected
+    if kind == "blocks":
+        return (i // 4 == j // 4)                           # separate blocks: never connected
+    return window
+
+
+@exercise("9.5.3", "Your count is the fewest layers after which every query has received information from every "
+                   "key, and math.inf for patterns that never connect them.")
+def _(answer):
+    g = _fresh()
+    kinds = []
+    for k in range(1, 7):
+        T = _pick(g, (9, 12, 16, 20))
+        pattern = _pattern(g, T, ("window",) if k == 1 else ("window", "strided", "global", "random", "causal", "blocks"))
+        if k == 6 and math.inf not in kinds:       # at least one pattern that never connects
+            i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+            pattern = ((i - j).abs() <= 1) & (j <= i)
+        want = _diameter(pattern)
+        kinds.append(want)
+        case = f"case {k} of 6 (a hidden {T} x {T} pattern)"
+        copy_ = pattern.clone()
+        got = _integer(call(answer, copy_), case, "number of layers", inf_ok=True)
+        _unchanged([pattern], [copy_], case, "pattern")
+        if want == math.inf or got == math.inf:
+            if got != want:
+                raise Wrong(f"{case}: expected {want}, got {got}. " + (
+                    "Some key never reaches some query, however many layers: return math.inf." if want == math.inf else
+                    "This pattern does connect every pair: keep adding layers until it does (at most T)."))
+            continue
+        compare_number(got, want, case, exact=True, what="number of layers", mistakes=[
+            (_diameter(pattern, hops=True), "Count layers, not extra hops: one layer already connects what the pattern "
+                                            "allows, so start at 1."),
+            (want + 1, "Off by one: stop at the first number of layers after which everything is connected."),
+            (_diameter(pattern, middle=True), "Every query must receive every key, not only the middle token."),
+        ], hint="Information from key j reaches query i after n layers where the boolean power pattern^n is True; "
+                "find the smallest n at which it is True everywhere.")
+
+
+# 9.A.1: the Jacobian of a softmax with a temperature ------------------------------------------------------
+
+@exercise("9.A.1", "Your Jacobian equals autograd's for every temperature and length tried: (diag(p) - p p^T) / tau "
+                   "with p = softmax(s / tau).")
+def _(answer):
+    g = _fresh()
+    for k in range(1, 4):
+        n, tau = _pick(g, (2, 5, 9)), _pick(g, (0.1, 0.5, 2.0, 7.0))
+        case = f"case {k} of 3 ({n} scores, temperature {tau:g})"
+        s = 3 * torch.randn(n, generator=g, dtype=torch.float64)
+        want = torch.autograd.functional.jacobian(lambda z: torch.softmax(z / tau, 0), s)
+        p, p1 = torch.softmax(s / tau, 0), torch.softmax(s, 0)
+        s_copy = s.clone()
+        got = call(answer, s_copy, tau)
+        _unchanged([s], [s_copy], case, "s")
+        compare(got, want, case, what="Jacobian", atol=1e-6, rtol=1e-4, mistakes=[
+            (torch.diag(p) - torch.outer(p, p), "The chain rule through s / tau gives a factor 1 / tau."),
+            ((torch.diag(p) - torch.outer(p, p)) * tau, "The factor is 1 / tau, not tau."),
+            ((torch.diag(p1) - torch.outer(p1, p1)) / tau, "Use p = softmax(s / tau), the probabilities at this temperature."),
+            (torch.diag(p) / tau, "The off-diagonal terms -p_i p_j / tau are missing."),
+        ], hint="J_ij = (p_i delta_ij - p_i p_j) / tau with p = softmax(s / tau).")
+
+
+# 9.A.2: the gradient of a learned ALiBi slope, from the backward pass of Appendix C -----------------------
+
+def _slope_forward(q, k, v, m):
+    T = q.shape[-2]
+    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
+    s = q @ k.mT / q.shape[-1] ** 0.5 - m * dist
+    s = s.masked_fill(dist < 0, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def _slope_grad(q, k, v, m, d_out, variant=None):
+    T = q.shape[-2]
+    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
+    s = (q @ k.mT / q.shape[-1] ** 0.5 - m * dist).masked_fill(dist < 0, float("-inf"))
+    p = torch.softmax(s, -1)
+    dp = d_out @ v.mT
+    ds = p * (dp - (p * dp).sum(-1, keepdim=True)) if variant != "no_D" else p * dp
+    if variant == "plus":
+        return (ds * dist.clamp(min=0)).sum()
+    if variant == "dp":
+        return -(dp * dist.clamp(min=0)).sum()
+    return -(ds * dist.clamp(min=0)).sum()
+
+
+@exercise("9.A.2", "Your slope gradient equals autograd's: dL/dm = -sum_ij dS_ij (i - j), with dS from the softmax "
+                   "backward of Appendix C.")
+def _(answer):
+    g = _fresh()
+    for k in range(1, 4):
+        T, d, m = _pick(g, (3, 6, 10)), _pick(g, (2, 4, 8)), _pick(g, (0.05, 0.25, 1.0))
+        case = f"case {k} of 3 (T = {T}, d = {d}, slope {m:g})"
+        q, k_, v, d_out = (torch.randn(T, d, generator=g, dtype=torch.float64) for _ in range(4))
+        slope = torch.tensor(m, dtype=torch.float64, requires_grad=True)
+        (_slope_forward(q, k_, v, slope) * d_out).sum().backward()
+        want = slope.grad.item()
+        copies = [t.clone() for t in (q, k_, v, d_out)]
+        got = _real(call(answer, *copies[:3], m, copies[3]), case, "gradient")
+        _unchanged([q, k_, v, d_out], copies, case, "q, k, v or d_out")
+        compare_number(got, want, case, what="gradient", mistakes=[
+            (_slope_grad(q, k_, v, m, d_out, "plus").item(), "The bias is -m (i - j): its derivative in m is -(i - j)."),
+            (_slope_grad(q, k_, v, m, d_out, "no_D").item(), "dS_ij = P_ij (dP_ij - D_i): the row term "
+                                                             "D_i = sum_k P_ik dP_ik is missing."),
+            (_slope_grad(q, k_, v, m, d_out, "dp").item(), "Go through the softmax: the bias enters the scores S, so "
+                                                           "use dS, not dP."),
+        ], hint="dP = dO V^T, dS = P * (dP - rowsum(P * dP)), and dL/dm = sum_ij dS_ij * d S_ij / d m = "
+                "-sum_ij dS_ij (i - j) over the visible pairs.")
