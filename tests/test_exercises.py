@@ -91,21 +91,10 @@ def _sdpa(Q, K, V, scale, dim=-1):
     return w @ V, w
 
 
-def _scale_samples(d, g, reduce):
-    q, k = torch.randn(2000, d, generator=g), torch.randn(2000, d, generator=g)
-    return reduce((q * k).sum(-1))
-
-
 def _mask(lengths, T, diagonal=1, keys=True, combine=torch.logical_or):
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     padded = (j if keys else i) >= lengths[:, None, None]
     return combine(j >= i + diagonal, padded)
-
-
-def _masked(q, k, v, mask, fill=float("-inf"), after=False, dim=-1):
-    s = q @ k.mT / q.shape[-1] ** 0.5
-    w = torch.softmax(s, dim).masked_fill(mask, 0.0) if after else torch.softmax(s.masked_fill(mask, fill), dim)
-    return w @ v, w
 
 
 def _mqa(x, W_q, W_k, W_v, H, causal=True, d_scale=False, split="BTHd"):
@@ -117,16 +106,19 @@ def _mqa(x, W_q, W_k, W_v, H, causal=True, d_scale=False, split="BTHd"):
     return (torch.softmax(s, -1) @ (x @ W_v)[:, None]).transpose(1, 2).reshape(B, T, d)
 
 
-def _alibi(T, slopes, sign=-1, absolute=True):
-    offset = torch.arange(T, dtype=slopes.dtype)[:, None] - torch.arange(T, dtype=slopes.dtype)[None, :]
-    return sign * slopes[:, None, None] * (offset.abs() if absolute else offset)
-
-
 def _far(m, T, w, at_least=False, normalized=True, sign=-1):
     delta = torch.arange(T, dtype=torch.float64)
     weight = torch.exp(sign * m * delta)
     far = weight[delta >= w if at_least else delta > w].sum()
     return (far / weight.sum() if normalized else far).item()
+
+
+def _reach(layer, T, d):
+    """How far back the last output of ``layer`` sees: T - 1 minus the first input with a nonzero gradient."""
+    x = torch.randn(1, T, d, requires_grad=True)
+    layer(x)[0, -1].sum().backward()
+    seen = (x.grad[0].abs().sum(-1) > 0).nonzero()
+    return T - 1 - int(seen[0])
 
 
 def _rope(x, scale=1.0, sign=1, stretch=True, halves=False):
@@ -156,11 +148,6 @@ def _merge(a, b, rescale=True, upside_down=False, add_maxima=False):
     if not rescale:
         r_a = r_b = 1.0
     return m, l_a * r_a + l_b * r_b, acc_a * r_a + acc_b * r_b
-
-
-def _window(T, w, slack=0, causal=True):
-    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-    return ((j > i) | (i - j >= w + slack)) if causal else (i - j).abs() >= w
 
 
 def _patch_embed(img, W, b, P, channels_last=False, transposed=False, bias=True):
@@ -203,9 +190,11 @@ WRONG = {
         (lambda r, rho: math.sqrt(r / rho), "Upside down"),
     ],
     "9.1.3": [
-        (lambda d, g: _scale_samples(d, g, lambda s: 1 / s.var()), "1 / variance"),
-        (lambda d, g: _scale_samples(d, g, lambda s: s.std()), "Upside down"),
-        (lambda d, g: 1 / (torch.randn(2000, generator=g) * torch.randn(2000, generator=g)).std(), "does not change with d"),
+        (lambda model, source, offsets: exercises._decode_hiding(model, source, offsets, renormalize=False),
+         "sum to one again"),
+        (lambda model, source, offsets: exercises._decode_hiding(model, source, offsets, copied=False),
+         "copies source position n - 1 - t"),
+        (lambda model, source, offsets: exercises._decode_hiding(model, source, offsets)[1], "return a tuple (logits, weights)"),
     ],
     "9.2.1": [
         (lambda lengths, T: ~_mask(lengths, T), "inverted"),
@@ -216,11 +205,9 @@ WRONG = {
         (lambda lengths, T: _mask(lengths, T)[:, :1], "should have shape"),
     ],
     "9.2.2": [
-        (lambda q, k, v, mask: _masked(q, k, v, mask, after=True), "before the softmax"),
-        (lambda q, k, v, mask: _masked(q, k, v, mask, fill=0.0), "fill them with -inf"),
-        (lambda q, k, v, mask: _masked(q, k, v, ~mask), "hid the visible keys"),
-        (lambda q, k, v, mask: _masked(q, k, v, mask, dim=-2), "not the queries"),
-        (lambda q, k, v, mask: _masked(q, k, v, torch.zeros_like(mask)), "mask is not applied"),
+        (lambda layer, T, d: _reach(layer, T, d) + 1, "Count distances"),
+        (lambda layer, T, d: T - 1 - _reach(layer, T, d), "Return the distance back"),
+        (lambda layer, T, d: float(_reach(layer, T, d)), "should be an integer"),
     ],
     "9.2.3": [
         (lambda x, W_q, W_k, W_v, H: _mqa(x, W_q, W_k, W_v, H, causal=False), "add the causal mask"),
@@ -228,9 +215,9 @@ WRONG = {
         (lambda x, W_q, W_k, W_v, H: _mqa(x, W_q, W_k, W_v, H, split="BHTd"), "mixes tokens into heads"),
     ],
     "9.3.1": [
-        (lambda T, slopes: _alibi(T, slopes, sign=1), "penalizes distance"),
-        (lambda T, slopes: _alibi(T, slopes, absolute=False), "rewards keys after the query"),
-        (lambda T, slopes: _alibi(T, slopes) / T, "Do not normalize by the length"),
+        (lambda m, T, delta: exercises._advantage(m, T, delta, others=False), "The other T - 1 keys compete"),
+        (lambda m, T, delta: exercises._advantage(m, T, delta, penalty=False), "counts against it too"),
+        (lambda m, T, delta: -exercises._advantage(m, T, delta), "solve for the b that gives it one half"),
     ],
     "9.3.2": [
         (lambda m, T, w: _far(m, T, w, at_least=True), "distance w itself is inside"),
@@ -244,10 +231,9 @@ WRONG = {
         (lambda x, scale=1.0: _rope(x, scale, halves=True), "not j and j + d/2"),
     ],
     "9.4.1": [
-        (lambda x, attn, mlp, norm1, norm2: (lambda h: h + mlp(norm2(h)))(x + attn(norm1(x))), "pre-normalization"),
-        (lambda x, attn, mlp, norm1, norm2: (lambda h: h + norm2(mlp(h)))(x + norm1(attn(x))), "not around the sublayer"),
-        (lambda x, attn, mlp, norm1, norm2: norm2(mlp(norm1(attn(x)))), "residual connections are missing"),
-        (lambda x, attn, mlp, norm1, norm2: (lambda h: norm1(h + mlp(h)))(norm2(x + attn(x))), "swapped"),
+        (lambda blocks, x: exercises._stream(blocks, x, inputs=True), "leave out the input"),
+        (lambda blocks, x: exercises._stream(blocks, x, reduce="norm"), "not the norm"),
+        (lambda blocks, x: exercises._stream(blocks, x, reduce="std"), "does not subtract the mean"),
     ],
     "9.4.2": [
         (lambda z, w: w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.shape[0], "factor 2"),
@@ -279,10 +265,9 @@ WRONG = {
          "batch size"),
     ],
     "9.5.3": [
-        (lambda T, w: _window(T, w, slack=1), "so hide i - j >= w"),
-        (lambda T, w: _window(T, w, slack=-1), "Off by one the other way"),
-        (lambda T, w: _window(T, w, causal=False), "Hide the future as well"),
-        (lambda T, w: ~_window(T, w), "inverted"),
+        (lambda pattern: exercises._diameter(pattern, hops=True), "Count layers, not extra hops"),
+        (lambda pattern: exercises._diameter(pattern, middle=True), "not only the middle token"),
+        (lambda pattern: float(exercises._diameter(pattern)), "should be an integer"),
     ],
     "9.6.1": [
         (lambda img, W, b, P: _patch_embed(img, W, b, P, channels_last=True), "channel first"),
@@ -369,7 +354,8 @@ def test_section_ends_with_four_to_six_exercises(section):
     # A written answer sits in a <details> block, closed until clicked.
     for c in cells:
         if c.cell_type == "markdown" and "Solution" in c.source:
-            assert "<details>\n<summary>Solution</summary>\n" in c.source and c.source.rstrip().endswith("</details>")
+            assert "<details>\n<summary>Solution</summary>\n" in c.source and c.source.count("<details>") == c.source.count(
+                "</details>") and c.source.rstrip().endswith("</details>") or re.search(r"</details>\n\n### Exercise ", c.source)
 
 
 @pytest.mark.parametrize("section", SECTIONS)
@@ -718,10 +704,24 @@ def _rope_complex(x, scale=1.0):
 
 
 def _merge_logaddexp(a, b):
+    """The normalizer through logaddexp; a query that saw no key (m = -inf) keeps the empty state."""
     (m_a, l_a, acc_a), (m_b, l_b, acc_b) = a, b
-    log_l = torch.logaddexp(m_a + l_a.log(), m_b + l_b.log())
     m = torch.maximum(m_a, m_b)
-    return m, torch.exp(log_l - m), acc_a * torch.exp(m_a - m) + acc_b * torch.exp(m_b - m)
+    seen = torch.isfinite(m)
+    log_l = torch.logaddexp(m_a + l_a.log(), m_b + l_b.log())
+    l_ = torch.where(seen, torch.exp(log_l - m), torch.zeros_like(m))
+    safe = torch.where(seen, m, torch.zeros_like(m))
+    return m, l_, acc_a * torch.exp(m_a - safe) + acc_b * torch.exp(m_b - safe)
+
+
+def _merge_branches(a, b):
+    """Rescale only the tile whose maximum is smaller (the other's factor is exactly 1)."""
+    (m_a, l_a, acc_a), (m_b, l_b, acc_b) = a, b
+    a_first = m_a >= m_b
+    m = torch.where(a_first, m_a, m_b)
+    r = torch.exp(torch.where(a_first, m_b - m_a, m_a - m_b).nan_to_num(nan=0.0))   # -inf - -inf: nothing to rescale
+    l_ = torch.where(a_first, l_a + l_b * r, l_a * r + l_b)
+    return m, l_, torch.where(a_first, acc_a + acc_b * r, acc_a * r + acc_b)
 
 
 def _far_closed_form(m, T, w):
@@ -868,9 +868,7 @@ STUDENTS = {
     ],
     "9.5.1": [
         (_merge_logaddexp, None),
-        (lambda a, b: (lambda m: (m, a[1] * (a[0] - m).exp() + b[1] * (b[0] - m).exp(),
-                                  a[2] * (a[0] - m).exp() + b[2] * (b[0] - m).exp()))(torch.where(a[0] > b[0], a[0], b[0])),
-         None),
+        (_merge_branches, None),
         (lambda a, b: tuple(x.float() for x in _merge_logaddexp(a, b)), None),                       # float32
         (lambda a, b: (torch.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]), "Rescale each tile's normalizer l"),
         (lambda a, b: {"m": torch.maximum(a[0], b[0])}, "return a tuple (m, l, acc)"),
