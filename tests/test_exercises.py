@@ -20,9 +20,9 @@ from helpers.exercises import EXERCISES, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("9.1", "9.2", "9.3", "9.4", "9.5", "9.6")
-NOTEBOOKS = {s: next((ROOT / "notebooks").glob(f"{s}-*.md")) for s in SECTIONS}
+NOTEBOOKS = {s: next((ROOT / "notebooks").glob(f"{s}-*.md")) for s in (*SECTIONS, "9.A")}
 HEADING = re.compile(r"^### Exercise (\d+\.\d+\.\d+): \S", re.M)
-CHECK = re.compile(r'^check\("(\d+\.\d+\.\d+)", (\w+)\)$', re.M)
+CHECK = re.compile(r'^check\("(\d+\.[\dA-Z]+\.\d+)", (\w+)\)$', re.M)
 
 
 def exercise_cells(nb):
@@ -73,11 +73,11 @@ def compile_cell(source, name):
 
 
 def solutions():
-    return [(s, number, name, cell) for s in SECTIONS for number, name, cell in checked_cells(s) if hidden(cell)]
+    return [(s, number, name, cell) for s in (*SECTIONS, "9.A") for number, name, cell in checked_cells(s) if hidden(cell)]
 
 
 def starters():
-    return [(s, number, name, cell) for s in SECTIONS for number, name, cell in checked_cells(s) if not hidden(cell)]
+    return [(s, number, name, cell) for s in (*SECTIONS, "9.A") for number, name, cell in checked_cells(s) if not hidden(cell)]
 
 
 def ids(case):
@@ -656,7 +656,7 @@ def test_passing_the_result_instead_of_the_function_is_told_so():
     assert ok is False and "pass the function itself" in message, message
 
 
-@pytest.mark.parametrize("section", SECTIONS)
+@pytest.mark.parametrize("section", (*SECTIONS, "9.A"))
 def test_check_is_imported_in_the_setup_cell(section):
     """Issue 19: check was imported only in the first exercise cell: after a restart a later one failed."""
     nb = jupytext.read(NOTEBOOKS[section])
