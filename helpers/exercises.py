@@ -13,7 +13,8 @@ What a check guarantees
   table of answers harvested from "expected X" messages passes.
 - **Inputs the answer cannot spoil.** ``call`` hands the answer copies of its arguments and keeps the
   originals, from which the expected result is computed; afterwards it compares the copies with the
-  originals, and an answer that changed one in place (``Q /= ...``) is told which argument it modified.
+  originals, and an answer that changed one in place (``Q /= ...``, or a model's parameters) is told
+  which argument it changed.
 - **Types and dtypes.** A tensor must be a ``torch.Tensor`` of the right kind: a boolean mask must be
   ``torch.bool``, an index an integer dtype (``torch.equal`` ignores dtype, so this is checked on its
   own), real values ``float32`` or ``float64``. A number must be a real number (an ``int``, a
@@ -355,6 +356,9 @@ def _same(a, b):
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, torch.nn.Module):
+        if not isinstance(b, torch.nn.Module) or [(n, type(m)) for n, m in a.named_modules()] != \
+                [(n, type(m)) for n, m in b.named_modules()]:
+            return False
         sa, sb = a.state_dict(), b.state_dict()
         return sa.keys() == sb.keys() and all(_same(sa[k], sb[k]) for k in sa)
     return True
@@ -409,14 +413,15 @@ def call(f, *args, case=None, **kwargs):
         raise _Raised(label, error) from error
     _now.in_answer = False          # (left True when time runs out in the answer, for verdict's message)
     names = _names(f, args, kwargs)
-    for i, (a, b) in enumerate(zip(args, given, strict=True)):
-        if not _same(a, b):
-            raise Wrong(f"{label}: {name} modified its argument {names.get(i, f'number {i + 1}')} in place "
-                        "(an operation such as x /= ..., x[...] = ... or x.add_(...)): a function should leave "
-                        "its inputs as they were, so compute on a new tensor (x = x / ...).")
-    for key in kwargs:
-        if not _same(kwargs[key], given_kw[key]):
-            raise Wrong(f"{label}: {name} modified its argument {key} in place: compute on a new tensor instead.")
+    changed = [(names.get(i, f"number {i + 1}"), a) for i, (a, b) in enumerate(zip(args, given, strict=True))
+               if not _same(a, b)] + [(key, kwargs[key]) for key in kwargs if not _same(kwargs[key], given_kw[key])]
+    for argument, original in changed[:1]:
+        if isinstance(original, torch.nn.Module):
+            raise Wrong(f"{label}: {name} changed the model {argument} (its parameters, buffers or submodules): use "
+                        "the model as it is, and leave it as you found it.")
+        raise Wrong(f"{label}: {name} changed its input {argument} in place (an operation such as x /= ..., "
+                    "x[...] = ... or x.add_(...)): a function should leave its inputs as they were, so compute on a "
+                    "new tensor (x = x / ...).")
     if out is None:
         raise Wrong(f"{label}: {name} returned None" + (": it printed its result instead of returning it. Use return."
                                                           if tee.wrote else ": is a return statement missing?"))
@@ -1054,7 +1059,6 @@ def _(answer):
 # Each check draws fresh cases (a new seed every time), computes what it expects before the answer runs,
 # hands the answer copies or checks that its inputs are unchanged, and checks the type of what comes back.
 
-import copy as _copy  # noqa: E402
 import numbers as _numbers  # noqa: E402
 import random as _random  # noqa: E402
 
@@ -1162,6 +1166,9 @@ def _(answer):
              "The weights left should sum to one again: divide by their sum (or set the hidden scores to -inf)."),
             (_decode_hiding(model, source, offsets, wrap=True)[1],
              "A position outside 0 .. n - 1 does not exist: skip it (a negative index wraps around to the end)."),
+            (_decode_hiding(model, source, offsets, context=False)[1],
+             "Your first step's weights are right, but the context still comes from the old ones: "
+             "c = sum_i a_i h_i with the new a."),
         ], hint="At step t hide positions n - 1 - t + o for each offset o, then renormalize the other weights.")
         compare(got[0], want_logits, case, what="logits", atol=1e-4, rtol=1e-4, mistakes=[
             (_decode_hiding(model, source, offsets, context=False)[0],
@@ -1218,8 +1225,11 @@ def _(answer):
         T, d = _pick(g, (12, 16, 20, 24)), _pick(g, (2, 4))
         with torch.random.fork_rng():
             torch.manual_seed(int(torch.randint(2**31, (1,), generator=g)))
-            # Cases 1-3 see back 1 .. T - 1 positions; case 4 may be a layer that sees only its own position.
-            layer, want = _layer(g, d, T) if k == 4 else _layer(g, d, T, ("conv", "window", "stack", "attention"))
+            # Cases 1-2 see back 1 .. T - 2 positions, case 3 up to T - 1, and case 4 may be a layer that sees
+            # only its own position: the first failing case then tells each mistake apart.
+            kinds = (("conv", "window", "stack"), ("conv", "window", "stack"), ("conv", "window", "stack", "attention"),
+                     ("conv", "window", "stack", "attention", "pointwise"))[k - 1]
+            layer, want = _layer(g, d, T, kinds)
         case = f"case {k} of 4 (a hidden layer, T = {T}, d = {d})"
         got = _integer(call(answer, layer, T, d), case, "reach")
         compare_number(got, want, case, exact=True, what="reach", mistakes=[
@@ -1234,10 +1244,10 @@ def _(answer):
 
 # 9.3.1: the content advantage that overrides ALiBi's penalty ---------------------------------------------
 
-def _advantage(m, T, delta, start=0, others=True, penalty=True):
-    dist = torch.arange(start, start + T, dtype=torch.float64)
-    rest = torch.logsumexp(-m * dist[torch.arange(T) != delta], 0).item() if others else 0.0
-    return (m * (delta + start) if penalty else 0.0) + rest
+def _advantage(m, T, delta, others=True, penalty=True):
+    dist = torch.arange(T, dtype=torch.float64)
+    rest = torch.logsumexp(-m * dist[dist != delta], 0).item() if others else 0.0
+    return (m * delta if penalty else 0.0) + rest
 
 
 @exercise("9.3.1", "Your advantage gives the far key exactly half of the last query's weight, for steep and shallow "
@@ -1255,7 +1265,6 @@ def _(answer):
             (_advantage(m, T, delta, others=False), "The other T - 1 keys compete: half the weight means "
                                                      "exp(b - m delta) equals the sum of their weights."),
             (_advantage(m, T, delta, penalty=False), "The key's own bias, -m delta, counts against it too."),
-            (_advantage(m, T, delta, start=1), "The query's own key is at distance 0: distances run 0 .. T - 1."),
         ], hint="Weights softmax over keys at distances 0 .. T - 1 with scores -m delta', plus b for the one key "
                 "delta back: solve for the b that gives it one half.")
 
@@ -1318,10 +1327,10 @@ def _diameter(pattern, hops=False, middle=False):
     return math.inf
 
 
-def _pattern(g, T, kinds=("window", "strided", "global", "random", "causal", "blocks")):
+def _pattern(g, T, kinds=("window", "strided", "global", "random", "causal", "blocks"), r=None):
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     kind = _pick(g, kinds)
-    r = _pick(g, (1, 2, 3))
+    r = r or _pick(g, (1, 2, 3))
     window = (i - j).abs() <= r
     if kind == "strided":
         return window | ((i - j) % _pick(g, (3, 4, 5)) == 0)
@@ -1344,7 +1353,9 @@ def _(answer):
     kinds = []
     for k in range(1, 7):
         T = _pick(g, (9, 12, 16, 20))
-        pattern = _pattern(g, T, ("window",) if k == 1 else ("window", "strided", "global", "random", "causal", "blocks"))
+        # Case 1, a window of one neighbour on either side, tells the mistakes apart: T - 1 layers connect every
+        # pair, T - 2 hops, T / 2 layers the middle token alone.
+        pattern = _pattern(g, T, ("window",), r=1) if k == 1 else _pattern(g, T)
         if k == 6 and math.inf not in kinds:       # at least one pattern that never connects
             i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
             pattern = ((i - j).abs() <= 1) & (j <= i)
@@ -1378,8 +1389,8 @@ def _(answer):
     for k in range(1, 4):
         n, tau = _pick(g, (2, 5, 9)), _pick(g, (0.1, 0.5, 2.0, 7.0))
         case = f"case {k} of 3 ({n} scores, temperature {tau:g})"
-        s = 3 * torch.randn(n, generator=g, dtype=torch.float64)
-        want = torch.autograd.functional.jacobian(lambda z: torch.softmax(z / tau, 0), s)
+        s = tau * torch.randn(n, generator=g, dtype=torch.float64)     # s / tau of unit scale: no saturated entries
+        want = torch.autograd.functional.jacobian(lambda z, tau=tau: torch.softmax(z / tau, 0), s)
         p, p1 = torch.softmax(s / tau, 0), torch.softmax(s, 0)
         s_copy = s.clone()
         got = call(answer, s_copy, tau)
