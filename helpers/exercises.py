@@ -71,6 +71,7 @@ import signal
 import sys
 import textwrap
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,13 +228,15 @@ def _within(seconds, run):
                 raise _TimeUp
         previous = signal.signal(signal.SIGALRM, alarm)
         # The alarm repeats every 0.25 s in case the answer swallows the first one (a bare ``except:``).
-        signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
+        start, (outer, outer_interval) = time.monotonic(), signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
         try:
             return run()
         finally:
             armed[0] = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            if outer:                            # someone else's timer (pytest-timeout, say) runs on as it was
+                signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3), outer_interval)
     # Not the main thread: run in a watcher's thread and give up on it after ``seconds`` (it runs on, unseen).
     outcome = {}
     state = (_now.draw, _now.calls)

@@ -572,6 +572,20 @@ def test_an_answer_that_never_returns_is_stopped_with_a_message():
     assert ok is False and "On case 1 of 6" in message and "did not finish within 1 s" in message, message
 
 
+def test_the_time_limit_leaves_an_outer_timer_running():
+    import signal
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *args: fired.append(True))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        assert verdict("9.1.2", lambda r, rho: math.sqrt(rho / r))[0]
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 20 < remaining <= 30 and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_the_time_limit_holds_outside_the_main_thread_too():
     import threading
     import time
