@@ -51,7 +51,11 @@ Writing a checker
 a message when the answer raises or runs out of time; without it the arguments' shapes are described).
 ``compare`` (tensors), ``compare_number`` (numbers) and ``pair`` (a tuple of results) raise ``Wrong``;
 ``NotAttempted`` marks a starter. ``randn(*shape, g=generator)`` and the ``atol``/``rtol`` arguments of
-``compare`` still work as before (an ``rtol`` below 1e-4 is raised to it, the float32 floor).
+``compare`` still work as before (an ``rtol`` below 1e-4 is raised to it, the float32 floor). A shortcut
+an exercise forbids is caught by ``uses_keyword(answer, "label_smoothing")`` (the answer's source) and by
+``with forbidding(F, "cross_entropy", refused, why):`` around the call (the function as it runs).
+An answer given as None or ``...`` (a value exercise's untouched starter) is not attempted, as before; an
+exercise number that is not a string is a TypeError, an unknown one a ValueError.
 
 Nothing printed on success depends on the machine: the messages of a correct answer hold no computed
 floats. ``verdict(number, answer, seed=None, time_limit=None)`` returns ``(ok, message)`` for the tests
@@ -482,11 +486,6 @@ def close(got, want, atol=None, rtol=None):
         return False
     within = ((g - w).abs() <= _tolerance(got, want, atol, rtol).to(torch.float64)) | (g == w)   # g == w: equal infinities
     return bool(within.logical_or(nan).all())
-
-
-def _kind(dtype):
-    return "boolean" if dtype == torch.bool else "integers" if not (dtype.is_floating_point or dtype.is_complex) \
-        else "floating-point numbers"
 
 
 def _matching(got, mistakes, same):
