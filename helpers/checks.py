@@ -9,6 +9,7 @@ the value (converted where that is safe: a NumPy integer becomes an ``int``), so
 import math
 import numbers
 
+import numpy as np
 import torch
 
 
@@ -33,18 +34,38 @@ def non_negative_int(value, name):
     return int(value)
 
 
+def _finite(value):
+    """``value`` as a finite ``float``, or None: a bool, a non-real, NaN, infinity, or an int too large for a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:                       # 10**400: a real number, but no float holds it
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _shown(value):
+    """``value``'s repr, shortened for an int of hundreds of digits."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(int(value)) >= 10 ** 30:
+        return f"an integer of {len(str(abs(int(value))))} digits, too large for a float"
+    return repr(value)
+
+
 def finite_float(value, name):
     """A real number that is neither NaN nor infinite (a bool is refused), as a ``float``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
+    converted = _finite(value)
+    if converted is None:
+        raise ValueError(f"{name} must be a finite number, got {_shown(value)}")
+    return converted
 
 
 def positive_float(value, name):
     """A finite real number ``> 0``, as a ``float``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)
+    converted = _finite(value)
+    if converted is None or converted <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {_shown(value)}")
+    return converted
 
 
 def flag(value, name):
@@ -93,8 +114,18 @@ def integers(value, name):
     return value
 
 
+def _alike(value, choice):
+    """Whether ``value`` may stand for ``choice``: a bool only for a bool, a float never for an int (True == 1, 1.0 == 1)."""
+    is_bool = isinstance(value, bool | np.bool_), isinstance(choice, bool | np.bool_)
+    return is_bool[0] == is_bool[1] and not (isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral)
+                                             and isinstance(choice, numbers.Integral))
+
+
 def one_of(value, name, choices):
-    """One of ``choices``."""
-    if value not in choices:
+    """One of ``choices``, a collection of values (a string is one value, not a collection of its substrings)."""
+    if isinstance(choices, str | bytes):
+        choices = (choices,)
+    choices = tuple(choices)
+    if not any(value is c or (_alike(value, c) and value == c) for c in choices):
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
     return value

@@ -62,3 +62,28 @@ def test_one_of():
     assert checks.one_of("gru", "cell", ("gru", "rnn")) == "gru"
     with pytest.raises(ValueError, match=r"cell must be one of \['gru', 'rnn'\], got 'lstm'"):
         checks.one_of("lstm", "cell", ("gru", "rnn"))
+
+
+def test_one_of_takes_a_string_as_one_choice_not_its_substrings():
+    """Issue 23: checks.one_of("ru", ...) passed, because a string given as the choices was tested for a substring."""
+    assert checks.one_of("gru", "cell", "gru") == "gru"
+    for bad in ("ru", "", "g"):
+        with pytest.raises(ValueError, match=r"cell must be one of \['gru'\]"):
+            checks.one_of(bad, "cell", "gru")
+
+
+def test_one_of_does_not_take_equal_values_of_another_type():
+    """True == 1 and 1.0 == 1: a flag or a float is not the int choice it equals."""
+    assert checks.one_of(2, "heads", (1, 2, 4)) == 2
+    for bad in (True, 1.0, np.float64(2.0)):
+        with pytest.raises(ValueError, match="heads must be one of"):
+            checks.one_of(bad, "heads", (1, 2, 4))
+
+
+def test_a_huge_int_is_not_a_finite_float():
+    """Issue 23: checks.finite_float(10**400) raised OverflowError."""
+    with pytest.raises(ValueError, match="x must be a finite number, got an integer of 401 digits, too large for a float"):
+        checks.finite_float(10 ** 400, "x")
+    with pytest.raises(ValueError, match="x must be a positive finite number, got an integer of 401 digits"):
+        checks.positive_float(10 ** 400, "x")
+    assert checks.finite_float(10 ** 300, "x") == 1e300
