@@ -276,8 +276,9 @@ class Timings:
 
     def verdict(self):
         which = "every method" if set(self.grows) == set(self.names) else ", ".join(self.grows)
+        margin = self.rules["margin"]
         rules = (f"time grows with {self.size_name} for {which}"
-                 + (f", none above the reference's best FLOP rate by more than {self.rules['margin']:.0%}" if self.reference else "")
+                 + (f", none above the reference's best FLOP rate by more than {margin:.0%}" if self.reference else "")
                  + f", spread (IQR / median) at most {self.rules['spread']:.0%}")
         broken = self.broken()
         if not broken:
@@ -370,7 +371,8 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
         measurements = {name: [Measurement(number[name, s], raw[name, s],
                                            TaskSpec(stmt=name, setup="", num_threads=1, sub_label=f"{size_name}={s}"))
                                for s in sizes] for name in names}
-        result = Timings(sizes, names, measurements, flops, reference and reference[0], rules, attempt, attempts, size_name, grows)
+        result = Timings(sizes, names, measurements, flops, reference and reference[0], rules, attempt, attempts,
+                         size_name, grows)
         if not result.broken():
             break
     return result
