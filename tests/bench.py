@@ -57,7 +57,7 @@ def main(paths):
         print(f"{path.stem:34} {seconds:8.1f} {mib:9.0f} {budget:7.0f}  {'yes' if seconds <= budget else 'NO'}", flush=True)
     print(f"{'total':34} {total:8.1f} {'':9} {BUDGETS['chapter']:7.0f}  {'yes' if total <= BUDGETS['chapter'] else 'NO'}")
     print(f"{'':34} {total / floor:7.0f}x the kernel-start floor (budget {BUDGETS['floors']}x)")
-    print(f"\nslowest cells (code cell number: its first line):")
+    print("\nslowest cells (code cell number: its first line):")
     for stem, cells in slowest.items():
         print(f"  {stem}")
         for s, i, first in cells:
