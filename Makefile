@@ -10,7 +10,8 @@ STAMP  := $(VENV)/.installed
 NB     ?= $(sort $(wildcard notebooks/*.md))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup execute figures test check guarantees bench lab lab-test book site serve site-test clean
+RUNS_PHONY = $(addsuffix .run,$(basename $(sort $(wildcard notebooks/*.md))))
+.PHONY: $(RUNS_PHONY) help setup execute figures test check guarantees bench lab lab-test book site serve site-test clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -26,14 +27,17 @@ $(STAMP): pyproject.toml
 
 # The .md is the source: touched first, it is the newer of the pair, so the sync takes its cells (keeping
 # the .ipynb's cell ids) and executes them; book/clean.py strips what every run churns (timestamps,
-# progress bars), and touching the .ipynb marks its outputs as the newer of the pair.
-execute: $(STAMP)  ## re-execute notebooks in fresh kernels and re-sync their pairs (NB=notebooks/x.md for one)
-	@for nb in $(NB); do \
-	  echo "executing $${nb%.*}"; \
-	  touch "$${nb%.*}.md" && $(BIN)/jupytext --sync --execute --quiet "$${nb%.*}.md" || exit 1; \
-	  $(BIN)/python book/clean.py "$${nb%.*}.ipynb" || exit 1; \
-	  touch "$${nb%.*}.ipynb"; \
-	done
+# progress bars), and touching the .ipynb marks its outputs as the newer of the pair. Each notebook is
+# a target of its own (notebooks/x.run), so `make -j2 execute` runs two side by side, each in its own kernel.
+RUNS := $(addsuffix .run,$(basename $(NB)))
+
+execute: $(RUNS)  ## re-execute notebooks in fresh kernels and re-sync their pairs (NB=notebooks/x.md for one; -j2 runs two at once)
+
+$(RUNS): %.run: $(STAMP)
+	@echo "executing $*"
+	@touch "$*.md" && $(BIN)/jupytext --sync --execute --quiet "$*.md"
+	@$(BIN)/python book/clean.py "$*.ipynb"
+	@touch "$*.ipynb"
 
 figures: execute  ## write every figure to figures/ (the notebooks save them as they run)
 

@@ -1,4 +1,4 @@
-"""Measuring attention (section 9.5): wall-clock time, peak memory, and how either grows with length.
+"""Measuring attention (section 9.5): wall-clock time, peak memory, operation counts, and how they grow.
 
 On the CPU the peak memory comes from the PyTorch profiler's memory events. The public profiler API
 aggregates them per operator and loses their order, so ``_memory_events`` reads the raw event list
@@ -7,7 +7,6 @@ through an undocumented attribute; that one use is isolated there, with what it 
 
 import contextlib
 import functools
-import math
 import os
 import sys
 import time
@@ -50,83 +49,118 @@ def _memory_events(prof):
     return sorted(events, key=lambda e: e[0])            # stable: simultaneous events keep their order
 
 
+# CPU measurements in progress, outermost first: each gathers the memory events of its own time span.
+# One profiler runs at a time; a nested call stops it, hands its events to every enclosing measurement,
+# runs its own, and restarts one for the enclosing measurements when it is done.
+_open_events = []
+_running = [None]
+
+
+def _start_profiler():
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():                                # the profiler logs its start and stop on fd 2
+        prof.start()
+    _running[0] = prof
+
+
+def _stop_profiler():
+    prof, _running[0] = _running[0], None
+    with _quiet_stderr():
+        prof.stop()
+    events = _memory_events(prof)
+    for gathered in _open_events:                        # an inner call's allocations are the outer's too
+        gathered.extend(events)
+
+
 def peak_memory(fn, device=None):
     """Bytes allocated by ``fn()`` at its peak, above what was allocated when it started (measured).
 
     On CUDA this is ``torch.cuda.max_memory_allocated``. On the CPU it is measured with the PyTorch
     profiler (``profile_memory=True``): every allocation and free is an event with its size, and the
     running sum of the events, in time order, peaks at the answer. The result of ``fn`` is freed
-    inside the measurement, so it counts towards the peak.
+    inside the measurement, so it counts towards the peak. Calls may nest (``fn`` may call
+    ``peak_memory`` itself): each returns the peak of its own span, the outer one including the inner's.
     """
     device = torch.device(device or "cpu")
     if device.type == "cuda":
-        _sync(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-        out = fn()
-        _sync(device)
-        del out
-        return torch.cuda.max_memory_allocated(device) - base
+        return _cuda_peak(fn, device)
     if device.type != "cpu":
         raise ValueError(f"peak_memory measures the CPU or CUDA, not {device.type}")
-    from torch.profiler import ProfilerActivity, profile
-
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_stderr():                                # the profiler logs its start and stop on fd 2
-        prof.start()
+    if _running[0] is not None:
+        _stop_profiler()                                 # an enclosing measurement's profiler
+    _open_events.append([])
     try:
-        out = fn()
-        del out
+        _start_profiler()
+        try:
+            out = fn()
+            del out
+        finally:
+            _stop_profiler()
     finally:
-        with _quiet_stderr():
-            prof.stop()
+        events = _open_events.pop()
+        if _open_events:
+            _start_profiler()                            # the enclosing measurement goes on
     now = peak = 0
-    for _, nbytes in _memory_events(prof):
+    for _, nbytes in events:
         now += nbytes                                    # positive: allocated, negative: freed
         peak = max(peak, now)
     return peak
 
 
-def seconds(fn, repeats=3, device=None):
-    """The shortest wall-clock time of ``repeats`` calls of ``fn()``, in seconds (the least disturbed).
+_cuda_peaks = []      # for each CUDA measurement in progress, the highest allocation its nested calls saw
 
-    Call ``fn`` once before to warm up; on CUDA the device is synchronized around each call.
-    """
-    repeats = positive_int(repeats, "repeats")
-    device = torch.device(device or "cpu")
-    best = math.inf
-    for _ in range(repeats):
+
+def _cuda_peak(fn, device):
+    _sync(device)
+    if _cuda_peaks:                                      # keep the enclosing call's peak before resetting it
+        _cuda_peaks[-1] = max(_cuda_peaks[-1], torch.cuda.max_memory_allocated(device))
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    _cuda_peaks.append(0)
+    try:
+        out = fn()
         _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return best
+        del out
+    finally:
+        highest = max(_cuda_peaks.pop(), torch.cuda.max_memory_allocated(device))
+        if _cuda_peaks:
+            _cuda_peaks[-1] = max(_cuda_peaks[-1], highest)
+    return highest - base
 
 
-def benchmark(methods, lengths, d=64, heads=1, repeats=2, device=None, dtype=torch.float32, seed=0):
-    """Time and peak memory of attention methods against the sequence length.
+def attention_inputs(d=64, heads=1, dtype=torch.float32):
+    """``inputs(T, generator, device) -> (q, k, v)``, each ``(1, heads, T, d)``: what ``timings`` and
+    ``peak_memories`` give attention methods."""
+    d, heads = positive_int(d, "d"), positive_int(heads, "heads")
+
+    def inputs(T, generator, device):
+        return torch.randn(3, 1, heads, T, d, generator=generator, device=device, dtype=dtype).unbind(0)
+
+    return inputs
+
+
+def peak_memories(methods, lengths, d=64, heads=1, device=None, dtype=torch.float32, seed=0):
+    """Peak memory of attention methods against the sequence length (measured by ``peak_memory``).
 
     ``methods`` maps a name to ``f(q, k, v)`` with ``q, k, v (1, heads, T, d)``. Returns
-    ``{name: {"T": [...], "seconds": [...], "bytes": [...]}}``; the memory run doubles as warm-up.
+    ``{name: [bytes at each length]}``.
     """
     if not methods:
         raise ValueError("give at least one method")
     if not lengths:
         raise ValueError(f"lengths must be positive ints, got {lengths!r}")
     lengths = [positive_int(T, "every one of lengths") for T in lengths]
-    d, heads, repeats = positive_int(d, "d"), positive_int(heads, "heads"), positive_int(repeats, "repeats")
     device = torch.device(device or "cpu")
+    inputs = attention_inputs(d, heads, dtype)
     g = torch.Generator(device=device).manual_seed(seed)
-    results = {name: {"T": [], "seconds": [], "bytes": []} for name in methods}
-    steps = [(T, name) for T in lengths for name in methods]
+    results = {name: [] for name in methods}
     with torch.no_grad():
-        for T, name in tqdm(steps, desc=f"benchmark ({device.type})", file=sys.stderr, leave=False):
-            q, k, v = torch.randn(3, 1, heads, T, d, generator=g, device=device, dtype=dtype).unbind(0)
-            call = functools.partial(methods[name], q, k, v)
-            results[name]["T"].append(T)
-            results[name]["bytes"].append(peak_memory(call, device))
-            results[name]["seconds"].append(seconds(call, repeats, device))
+        for T in tqdm(lengths, desc=f"peak memory ({device.type})", file=sys.stderr, leave=False):
+            q, k, v = inputs(T, g, device)
+            for name, f in methods.items():
+                results[name].append(peak_memory(functools.partial(f, q, k, v), device))
     return results
 
 
@@ -135,8 +169,15 @@ def growth_exponent(x, y):
     x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
     if x.shape != y.shape or x.dim() != 1 or len(x) < 2:
         raise ValueError(f"need two 1-D series of equal length >= 2, got shapes {tuple(x.shape)} and {tuple(y.shape)}")
+    for name, series in (("x", x), ("y", y)):
+        if not series.isfinite().all():
+            raise ValueError(f"growth exponents need finite values, got {name} = {series.tolist()}")
     if (x <= 0).any() or (y <= 0).any():
         raise ValueError("growth exponents need positive values")
+    if (x == x[0]).all():
+        raise ValueError(f"growth exponents need at least two different x, got x = {x.tolist()}")
+    if (y == y[0]).all():
+        return 0.0                                       # exactly: a constant does not grow
     lx, ly = x.log(), y.log()
     lx = lx - lx.mean()
     return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())
@@ -164,3 +205,174 @@ def register_sdpa_flops():
             flop_counter.register_flop_formula(op, get_raw=True)(formula)
             added.append(op)
     return added
+
+
+# ---------------------------------------------------------------------------------------------------
+# Timing: one protocol for every timing the book shows (issue 21).
+
+
+def count_flops(fn, *args, **kwargs):
+    """Floating-point operations of ``fn(*args, **kwargs)`` counted by ``FlopCounterMode`` (SDPA included).
+
+    Counted, not assumed: the counter adds up its formula for every matrix product and attention call
+    that runs (``register_sdpa_flops`` supplies the one for the CPU attention kernel).
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    register_sdpa_flops()
+    with FlopCounterMode(display=False) as counter:
+        fn(*args, **kwargs)
+    return counter.get_total_flops()
+
+
+def matmul_reference(d=64, dtype=torch.float32):
+    """The fair reference for attention of head width ``d``: ``(T x d) @ (d x T)``, the rank-``d`` product of
+    the scores. Returns ``(name, fn, inputs)`` as ``timings`` takes it: ``inputs(T, generator, device)``."""
+    d = positive_int(d, "d")
+
+    def inputs(T, generator, device):
+        return (torch.randn(T, d, generator=generator, device=device, dtype=dtype),
+                torch.randn(d, T, generator=generator, device=device, dtype=dtype))
+
+    return f"reference: (T x {d}) @ ({d} x T)", torch.matmul, inputs
+
+
+class Timings:
+    """What ``timings`` measured: per method and size a ``torch.utils.benchmark.Measurement`` (its median
+    and IQR), the counted FLOPs, and the verdict. ``str()`` is the report the book prints."""
+
+    def __init__(self, sizes, names, measurements, flops, reference, rules, attempt, attempts, size_name, grows):
+        self.sizes, self.names, self.measurements, self.flops = sizes, names, measurements, flops
+        self.reference, self.rules, self.attempt, self.attempts, self.size_name = reference, rules, attempt, attempts, size_name
+        self.grows = grows
+
+    def median(self, name):
+        """Median seconds per call of ``name`` at every size."""
+        return [m.median for m in self.measurements[name]]
+
+    def spread(self, name):
+        """IQR / median of ``name`` at every size."""
+        return [m.iqr / m.median for m in self.measurements[name]]
+
+    def rate(self, name):
+        """Counted FLOPs per second of ``name`` at every size, as a fraction of the reference's best rate
+        (over all sizes, measured in the same rounds): the most this machine did on that shape."""
+        best = max(f / t for f, t in zip(self.flops[self.reference], self.median(self.reference), strict=True))
+        return [f / t / best for f, t in zip(self.flops[name], self.median(name), strict=True)]
+
+    def broken(self):
+        """The rules this measurement breaks, in words; empty when it passes."""
+        margin, bound = self.rules["margin"], self.rules["spread"]
+        found = []
+        for name in self.names:
+            t = self.median(name)
+            if name in self.grows and any(b <= a for a, b in zip(t, t[1:], strict=False)):
+                found.append(f"{name}: time does not grow with {self.size_name}")
+            if max(self.spread(name)) > bound:
+                found.append(f"{name}: spread above {bound:.0%}")
+            if self.reference and name != self.reference and max(self.rate(name)) > 1 + margin:
+                found.append(f"{name}: FLOP rate above the reference's by more than {margin:.0%}")
+        return found
+
+    def verdict(self):
+        which = "every method" if set(self.grows) == set(self.names) else ", ".join(self.grows)
+        margin = self.rules["margin"]
+        rules = (f"time grows with {self.size_name} for {which}"
+                 + (f", none above the reference's best FLOP rate by more than {margin:.0%}" if self.reference else "")
+                 + f", spread (IQR / median) at most {self.rules['spread']:.0%}")
+        broken = self.broken()
+        if not broken:
+            return f"verdict: passed, measurement {self.attempt} of at most {self.attempts}: {rules}"
+        return f"verdict: FAILED after {self.attempt} measurements: {'; '.join(broken)} (rules: {rules})"
+
+    def __str__(self):
+        width = max(len(n) for n in self.names) + 1
+        head = f"{self.size_name:<{width}}" + "".join(f"{s:>16,}" for s in self.sizes)
+        lines = [f"time per call: median of {self.rules['rounds']} interleaved rounds on 1 thread, ms (IQR / median)", head]
+        for name in self.names:
+            cells = "".join(f"{t * 1e3:>9.3g} ({s:3.0%})" for t, s in zip(self.median(name), self.spread(name), strict=True))
+            lines.append(f"{name:<{width}}{cells}")
+        if self.reference:
+            lines += ["", "counted FLOPs per second, as a fraction of the reference's best", head]
+            lines += [f"{name:<{width}}" + "".join(f"{r:>16.0%}" for r in self.rate(name))
+                      for name in self.names if name != self.reference]
+        return "\n".join([*lines, self.verdict()])
+
+
+def _block(fn, args, number, device):
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(number):
+        fn(*args)
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margin=0.2, spread=0.25, attempts=3,
+            grows=None, device=None, seed=0, size_name="T"):
+    """Time ``methods`` at every size with one protocol, and judge the measurement; returns ``Timings``.
+
+    ``methods`` maps a name to ``f(*inputs(size, generator, device))``; ``reference`` is ``(name, fn,
+    inputs)`` (``matmul_reference``), timed in the same loop at every size; ``grows`` names the methods
+    whose time must grow with the size (default: all, and the reference). The protocol:
+
+    - each call runs on one thread (``torch.utils.benchmark``'s default), so another process on the
+      machine disturbs it less and a rate means the same on any core count;
+    - ``Timer.blocked_autorange`` warms every call up and sizes its block (enough calls for ``block``
+      seconds, at least one);
+    - then ``rounds`` rounds, each timing one block of every method and the reference at every size,
+      in an order rotated from round to round, so a disturbance spreads over all of them instead of
+      falling on one; a ``Measurement`` of the rounds gives the median and the IQR;
+    - FLOPs are counted with ``FlopCounterMode`` (``count_flops``), once per method and size;
+    - the verdict: the median grows with the size for every method in ``grows``, no method's counted
+      FLOPs per second exceed the reference's best (over the sizes) by more than ``margin`` (the
+      reference is what this machine does on this shape: more is a broken measurement), and every IQR is at most
+      ``spread`` of its median. When the verdict fails, everything is measured again, up to ``attempts``
+      times in all; the report says which measurement passed, or that the last one still failed.
+    """
+    from torch.utils.benchmark import Measurement, TaskSpec, Timer, set_torch_threads
+
+    if not methods:
+        raise ValueError("give at least one method")
+    if not sizes:
+        raise ValueError(f"sizes must be positive ints, got {sizes!r}")
+    sizes = [positive_int(s, "every one of sizes") for s in sizes]
+    rounds, attempts = positive_int(rounds, "rounds"), positive_int(attempts, "attempts")
+    if rounds < 3:
+        raise ValueError(f"rounds must be at least 3 for an IQR, got {rounds}")
+    device = torch.device(device or "cpu")
+    calls = {name: (fn, inputs) for name, fn in methods.items()}
+    if reference is not None:
+        ref_name, ref_fn, ref_inputs = reference
+        if ref_name in calls:
+            raise ValueError(f"the reference's name {ref_name!r} is also a method's")
+        calls[ref_name] = (ref_fn, ref_inputs)
+    names = list(calls)
+    grows = names if grows is None else list(grows)
+    if unknown := set(grows) - set(names):
+        raise ValueError(f"grows names no method: {sorted(unknown)}")
+    g = torch.Generator(device=device).manual_seed(seed)
+    args = {(name, s): make(s, g, device) for s in sizes for name, (_, make) in calls.items()}
+    with torch.no_grad():
+        flops = {name: [count_flops(calls[name][0], *args[name, s]) for s in sizes] for name in names}
+    rules = {"margin": margin, "spread": spread, "rounds": rounds}
+    for attempt in range(1, attempts + 1):
+        with torch.no_grad(), set_torch_threads(1):
+            number = {}
+            for key, a in args.items():                  # warm up and size every block
+                timer = Timer("fn(*args)", globals={"fn": calls[key[0]][0], "args": a}, num_threads=1)
+                number[key] = timer.blocked_autorange(min_run_time=block).number_per_run
+            raw = {key: [] for key in args}
+            keys = list(args)
+            for r in range(rounds):
+                order = keys[r % len(keys):] + keys[:r % len(keys)]
+                for key in order:
+                    raw[key].append(_block(calls[key[0]][0], args[key], number[key], device))
+        measurements = {name: [Measurement(number[name, s], raw[name, s],
+                                           TaskSpec(stmt=name, setup="", num_threads=1, sub_label=f"{size_name}={s}"))
+                               for s in sizes] for name in names}
+        result = Timings(sizes, names, measurements, flops, reference and reference[0], rules, attempt, attempts,
+                         size_name, grows)
+        if not result.broken():
+            break
+    return result

@@ -1,15 +1,23 @@
 """Execution report: each notebook in a fresh kernel, its seconds and peak memory, against the budgets
-in tests/budgets.toml. A benchmark that reports; it does not fail on a slow machine (`make bench`)."""
+in tests/budgets.toml, and each notebook's slowest cells, so the next cost is visible. A benchmark that
+reports; it does not fail on a slow machine (`make bench`).
+
+The cells' times come from the timestamps nbclient records in every executed cell
+(``metadata.execution``: from ``iopub.status.busy`` to ``shell.execute_reply``), which `make execute`
+strips from the stored notebooks (book/clean.py) but this report reads from its own fresh run.
+"""
 
 import sys
 import tempfile
 import tomllib
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
 from chapter import NOTEBOOKS, ROOT, execute
 
 BUDGETS = tomllib.loads((ROOT / "tests" / "budgets.toml").read_text())
+SLOWEST = 3                                                     # cells listed per notebook
 
 
 def startup_cost():
@@ -22,17 +30,38 @@ def startup_cost():
         return execute(path)
 
 
+def cell_seconds(nb):
+    """``[(seconds, index, first line)]`` of every executed code cell, slowest first (index: among code cells)."""
+    timed = []
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for i, cell in enumerate(code):
+        stamps = cell.metadata.get("execution", {})
+        if "iopub.status.busy" in stamps and "shell.execute_reply" in stamps:
+            start, end = (datetime.fromisoformat(stamps[k].replace("Z", "+00:00"))
+                          for k in ("iopub.status.busy", "shell.execute_reply"))
+            first = next((line for line in cell.source.splitlines() if line.strip() and not line.startswith(("#", "@"))), "")
+            timed.append(((end - start).total_seconds(), i, first))
+    return sorted(timed, reverse=True)
+
+
 def main(paths):
-    _, seconds, mib = startup_cost()
-    print(f"kernel start + import torch, helpers: {seconds:.1f} s, {mib:.0f} MiB\n")
+    _, floor, mib = startup_cost()
+    print(f"kernel start + import torch, helpers: {floor:.1f} s, {mib:.0f} MiB\n")
     print(f"{'notebook':34} {'seconds':>8} {'peak MiB':>9} {'budget':>7}  within")
-    total = 0.0
+    total, slowest = 0.0, {}
     for path in paths:
         budget = BUDGETS["race"] if path.stem == BUDGETS["race_notebook"] else BUDGETS["notebook"]
-        _, seconds, mib = execute(path)
+        nb, seconds, mib = execute(path)
         total += seconds
+        slowest[path.stem] = cell_seconds(nb)[:SLOWEST]
         print(f"{path.stem:34} {seconds:8.1f} {mib:9.0f} {budget:7.0f}  {'yes' if seconds <= budget else 'NO'}", flush=True)
     print(f"{'total':34} {total:8.1f} {'':9} {BUDGETS['chapter']:7.0f}  {'yes' if total <= BUDGETS['chapter'] else 'NO'}")
+    print(f"{'':34} {total / floor:7.0f}x the kernel-start floor (budget {BUDGETS['floors']}x)")
+    print("\nslowest cells (code cell number: its first line):")
+    for stem, cells in slowest.items():
+        print(f"  {stem}")
+        for s, i, first in cells:
+            print(f"    {s:6.1f} s  cell {i:2d}: {first[:70]}")
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+import math
 import subprocess
 import sys
 import time
@@ -9,7 +10,16 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from helpers import measure
 from helpers.efficient import naive_attention, tiled_attention
-from helpers.measure import benchmark, growth_exponent, peak_memory, register_sdpa_flops, seconds
+from helpers.measure import (
+    attention_inputs,
+    count_flops,
+    growth_exponent,
+    matmul_reference,
+    peak_memories,
+    peak_memory,
+    register_sdpa_flops,
+    timings,
+)
 
 
 def test_peak_memory_sees_a_temporary():
@@ -37,29 +47,74 @@ def test_peak_memory_rejects_other_devices():
         peak_memory(lambda: None, "meta")
 
 
-def test_seconds_is_the_shortest_of_the_repeats():
-    inner = []
-
-    def nap():
-        start = time.perf_counter()
-        time.sleep([0.03, 0.01, 0.02][len(inner)])
-        inner.append(time.perf_counter() - start)
-
-    best = seconds(nap, repeats=3)
-    assert len(inner) == 3 and min(inner) <= best < min(inner) + 0.005
-    with pytest.raises(ValueError, match="repeats must be a positive int, got 0"):
-        seconds(lambda: None, repeats=0)
-
-
-def test_benchmark_measures_every_method_at_every_length():
-    r = benchmark({"naive": naive_attention, "tiled": lambda q, k, v: tiled_attention(q, k, v, 8)}, [16, 32], d=8, repeats=1)
-    assert list(r) == ["naive", "tiled"] and r["naive"]["T"] == r["tiled"]["T"] == [16, 32]
-    assert all(len(r[n]["seconds"]) == len(r[n]["bytes"]) == 2 for n in r)
-    assert r["naive"]["bytes"][1] >= 32 * 32 * 4                  # at least the float32 score matrix
+def test_peak_memories_measures_every_method_at_every_length():
+    r = peak_memories({"naive": naive_attention, "tiled": lambda q, k, v: tiled_attention(q, k, v, 8)}, [16, 32], d=8)
+    assert list(r) == ["naive", "tiled"] and all(len(r[n]) == 2 for n in r)
+    assert r["naive"][1] >= 32 * 32 * 4                           # at least the float32 score matrix
     with pytest.raises(ValueError, match="every one of lengths must be a positive int, got 0"):
-        benchmark({"naive": naive_attention}, [0])
+        peak_memories({"naive": naive_attention}, [0])
     with pytest.raises(ValueError, match="method"):
-        benchmark({}, [16])
+        peak_memories({}, [16])
+
+
+def test_peak_memory_nests():
+    """Issue 23: called inside itself, the outer call returned 0 B. Each call measures its own span."""
+    def inner():
+        x = torch.ones(1_000_000)                                 # 4 MB
+        return x.sum()
+
+    seen = []
+
+    def outer():
+        y = torch.ones(500_000)                                   # 2 MB, alive while the inner call runs
+        seen.append(peak_memory(inner))
+        return y.sum()
+
+    total = peak_memory(outer)
+    assert 4_000_000 <= seen[0] < 4_100_000
+    assert 6_000_000 <= total < 6_200_000
+    assert 4_000_000 <= peak_memory(inner) < 4_100_000           # and nothing is left running afterwards
+
+
+def test_timings_measure_judge_and_report():
+    methods = {"naive": naive_attention, "sdpa": F.scaled_dot_product_attention}
+    t = timings(methods, [64, 256], attention_inputs(d=16), reference=matmul_reference(16), rounds=3, block=0.001,
+                attempts=1)
+    assert t.names == ["naive", "sdpa", "reference: (T x 16) @ (16 x T)"] and t.sizes == [64, 256]
+    assert t.flops["naive"] == t.flops["sdpa"] == [4 * T * T * 16 for T in (64, 256)]     # counted, SDPA included
+    assert t.flops[t.reference] == [2 * T * T * 16 for T in (64, 256)]
+    assert all(len(m.raw_times) == 3 and m.median > 0 for ms in t.measurements.values() for m in ms)
+    report = str(t)
+    assert report.splitlines()[0] == "time per call: median of 3 interleaved rounds on 1 thread, ms (IQR / median)"
+    assert report.splitlines()[-1].startswith("verdict: ")
+    assert report.splitlines()[-1].startswith("verdict: passed") == (t.broken() == [])
+    with pytest.raises(ValueError, match="rounds must be at least 3"):
+        timings(methods, [64], attention_inputs(16), rounds=2)
+    with pytest.raises(ValueError, match="grows names no method"):
+        timings(methods, [64], attention_inputs(16), grows=["nope"])
+    with pytest.raises(ValueError, match="method"):
+        timings({}, [64], attention_inputs(16))
+
+
+def test_timings_measure_again_when_the_verdict_fails_and_say_so():
+    """A method whose time shrinks with the size fails the verdict every time: the protocol measures
+    again, up to its bound, and the report says that it still failed."""
+    made = []
+
+    def inputs(size, generator, device):
+        made.append(size)
+        return (0.004 / size,)
+
+    t = timings({"shrinking": time.sleep}, [1, 2], inputs, rounds=3, block=0.0001, attempts=2, spread=10.0)
+    assert t.attempt == 2 and t.broken() == ["shrinking: time does not grow with T"]
+    assert str(t).splitlines()[-1].startswith("verdict: FAILED after 2 measurements: shrinking: time does not grow with T")
+    assert made == [1, 2]                                         # the inputs are made once, outside the timing
+
+
+def test_count_flops_counts_attention():
+    q, k, v = torch.randn(3, 1, 2, 32, 8).unbind(0)
+    assert count_flops(F.scaled_dot_product_attention, q, k, v) == 4 * 2 * 32 * 32 * 8
+    assert count_flops(torch.matmul, torch.ones(3, 4), torch.ones(4, 5)) == 2 * 3 * 4 * 5
 
 
 def test_memory_events_are_signed_sizes_in_time_order():
@@ -79,6 +134,24 @@ def test_growth_exponent():
         growth_exponent([1, 2], [0, 1])
     with pytest.raises(ValueError, match="equal length"):
         growth_exponent([1, 2, 3], [1, 2])
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_growth_exponent_refuses_what_is_not_finite(bad):
+    """Issue 23: a NaN or an inf gave NaN, silently."""
+    with pytest.raises(ValueError, match="finite values, got y"):
+        growth_exponent([1, 2, 4], [1, bad, 3])
+    with pytest.raises(ValueError, match="finite values, got x"):
+        growth_exponent([1, bad, 4], [1, 2, 3])
+
+
+def test_growth_exponent_of_a_constant_and_against_a_constant():
+    """Issue 23: a constant x gave NaN (0 / 0); it has no slope, and is refused. A constant y does not
+    grow: its exponent is exactly 0, not a rounding error away from it."""
+    with pytest.raises(ValueError, match="two different x"):
+        growth_exponent([2, 2, 2], [1, 2, 3])
+    assert growth_exponent([1, 2, 4], [0.1, 0.1, 0.1]) == 0.0
+    assert growth_exponent([3, 7, 11], [1 / 3] * 3) == 0.0
 
 
 def test_flop_counter_lacks_the_cpu_attention_kernel_until_registered():

@@ -1,0 +1,170 @@
+"""Timings in the stored notebooks keep the measurement protocol (issue 21), so a disturbed run cannot be stored.
+
+Timings vary with the machine, so nbval never compares them (their cells are tagged nbval-ignore-output).
+What can be checked on the stored notebooks is that what they show is a sound measurement. Every
+timing a notebook shows is printed by `helpers.measure.timings`; this test reads each such report back
+from the stored outputs, from its printed numbers alone (not from its verdict line), and fails when
+- the report's own verdict is not "passed";
+- a method's median time does not grow with the size (where the report says it must);
+- a spread (IQR / median) is above the bound the report states;
+- a method's counted FLOPs per second exceed the reference's best by more than the stated margin;
+- a stored output shows a time outside such a report (the allowed exceptions are listed in ELSEWHERE).
+"""
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from torch.utils.benchmark import Measurement, TaskSpec
+
+from helpers.measure import Timings
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+HEADER = re.compile(r"^time per call: median of (\d+) interleaved rounds on 1 thread, ms \(IQR / median\)$")
+RATES = "counted FLOPs per second, as a fraction of the reference's best"
+CELL = re.compile(r"\s+([0-9.e+-]+) \(\s*(\d+)%\)")
+VERDICT = re.compile(r"^verdict: (passed|FAILED)")
+GROWS = re.compile(r"time grows with (\S+) for (.+?)(?:, none above|, spread)")
+MARGIN = re.compile(r"by more than (\d+)%")
+BOUND = re.compile(r"spread \(IQR / median\) at most (\d+)%")
+# A time shown on its own, outside a report: a number with a unit of time.
+A_TIME = re.compile(r"\d(?:\.\d+)?\s*(?:ms|µs|us|s|seconds)\b")
+# Durations shown that are not measurements of a method's speed, and the reason.
+ELSEWHERE = {
+    "the race took ": "9.4: how long the training race ran, shown for the reader; nothing is claimed from it",
+}
+
+
+def reports(text):
+    """The protocol's reports in ``text``: lists of lines from the header to the verdict."""
+    lines, found, current = text.splitlines(), [], None
+    for line in lines:
+        if HEADER.match(line):
+            current = [line]
+        elif current is not None:
+            current.append(line)
+            if line.startswith("verdict:"):
+                found.append(current)
+                current = None
+    if current is not None:
+        found.append(current + ["verdict: missing"])
+    return found
+
+
+def problems(report):
+    """The rules a printed report breaks, read from its numbers."""
+    found = []
+    verdict = report[-1]
+    if not VERDICT.match(verdict) or not verdict.startswith("verdict: passed"):
+        found.append(f"the verdict is not passed: {verdict}")
+    grows, margin, bound = GROWS.search(verdict), MARGIN.search(verdict), BOUND.search(verdict)
+    if not (grows and bound):
+        return [*found, f"the verdict does not state its rules: {verdict}"]
+    everyone = grows.group(2) == "every method"
+    bound = int(bound.group(1))
+    rates = report.index(RATES) if RATES in report else len(report) - 1
+    for line in report[2:rates]:
+        cells = CELL.findall(line)
+        if not cells:
+            continue
+        name = line[:len(line) - len("".join(m.group(0) for m in CELL.finditer(line)))].strip()
+        medians = [float(t) for t, _ in cells]
+        if (everyone or name in grows.group(2).split(", ")) and any(b <= a for a, b in zip(medians, medians[1:], strict=False)):
+            found.append(f"{name}: the median does not grow: {medians}")
+        if max(int(s) for _, s in cells) > bound:
+            found.append(f"{name}: a spread above {bound}%: {[int(s) for _, s in cells]}")
+    if RATES in report:
+        if not margin:
+            return [*found, f"the verdict does not state its margin: {verdict}"]
+        for line in report[rates + 2:-1]:
+            percents = [int(p) for p in re.findall(r"(\d+)%", line)]
+            if percents and max(percents) > 100 + int(margin.group(1)):
+                found.append(f"{line.split('  ')[0]}: above the reference by more than {margin.group(1)}%: {percents}")
+    return found
+
+
+def shown(path):
+    """``[(cell number, text)]`` of every code cell's text output in a stored notebook."""
+    nb = nbformat.read(path, as_version=4)
+    out = []
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        text = ""
+        for o in cell.outputs:
+            if o.output_type == "stream":
+                text += o.text
+            elif "data" in o:
+                text += o.data.get("text/plain", "")
+        out.append((i, text))
+    return out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_stored_timings_keep_the_protocol(path):
+    for i, text in shown(path):
+        inside = set()
+        for report in reports(text):
+            assert not problems(report), f"{path.name}, code cell {i}: a timing that breaks the protocol:\n" + "\n".join(
+                problems(report)) + "\n\n" + "\n".join(report)
+            inside |= set(report)
+        for line in text.splitlines():
+            if A_TIME.search(line) and line not in inside and not any(line.startswith(s) for s in ELSEWHERE):
+                pytest.fail(f"{path.name}, code cell {i}: a time shown outside helpers.measure.timings: {line!r}")
+
+
+def test_the_section_that_measures_shows_a_report():
+    texts = [text for path in NOTEBOOKS if path.stem.startswith("9.5") for _, text in shown(path)]
+    assert sum(len(reports(t)) for t in texts) >= 2, "9.5 times attention and the key-value cache with the protocol"
+
+
+# The checker itself, on reports printed by helpers.measure.Timings from made-up measurements.
+
+def made_up(medians, spread=0.05, reference=None, rate_of=None):
+    """A Timings over sizes (1, 2, 4) with the given median seconds per method (and the reference's), each
+    with an IQR of ``spread`` times its median, and 1e6 T^2 FLOPs per call for every method."""
+    sizes = [1, 2, 4]
+    names = list(medians) + ([reference] if reference else [])
+    table = dict(medians, **({reference: rate_of} if reference else {}))
+    measurements = {}
+    for name in names:
+        measurements[name] = [Measurement(1, [t * (1 - spread), t * (1 - spread / 2), t, t * (1 + spread / 2), t * (1 + spread)],
+                                          TaskSpec(stmt=name, setup="")) for t in table[name]]
+    flops = {name: [1e6 * s * s for s in sizes] for name in names}
+    rules = {"margin": 0.2, "spread": 0.25, "rounds": 5}
+    return Timings(sizes, names, measurements, flops, reference, rules, 1, 3, "T", names)
+
+
+def test_a_sound_report_passes():
+    t = made_up({"a": [1e-3, 4e-3, 16e-3]}, reference="ref", rate_of=[0.5e-3, 2e-3, 8e-3])
+    [report] = reports(str(t))
+    assert t.broken() == [] and problems(report) == []
+
+
+def test_the_disturbed_runs_of_issue_21_are_refused():
+    # The tiled loop's spike (379.8 ms at 2,048, 48.5 at 4,096), and SDPA above the reference.
+    spike = made_up({"tiled": [3.1e-3, 379.8e-3, 48.5e-3]}, reference="ref", rate_of=[1e-3, 4e-3, 16e-3])
+    fast = made_up({"sdpa": [0.5e-3, 2e-3, 8e-3]}, reference="ref", rate_of=[1e-3, 4e-3, 16e-3])   # twice its FLOP rate
+    noisy = made_up({"a": [1e-3, 4e-3, 16e-3]}, spread=0.6)
+    for t, words in ((spike, "does not grow"), (fast, "above the reference"), (noisy, "spread above")):
+        [report] = reports(str(t))
+        assert t.broken(), str(t)
+        assert report[-1].startswith("verdict: FAILED")
+        assert any(words in p for p in problems(report)), problems(report)
+        passed = [*report[:-1], report[-1].replace("verdict: FAILED after 1 measurements: ", "verdict: passed, ")]
+        assert any(words in p for p in problems(passed)), "the numbers are checked, not only the verdict"
+
+
+def test_a_time_outside_a_report_is_refused(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text="150 tokens: 2.61 s with the cache, 3.06 s without\n")])])
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    with pytest.raises(pytest.fail.Exception, match="outside helpers.measure.timings"):
+        test_stored_timings_keep_the_protocol(path)
+
+
+def test_made_up_measurements_have_the_stated_spread():
+    t = made_up({"a": [1.0, 2.0, 4.0]}, spread=0.1)
+    assert t.spread("a") == pytest.approx([0.1] * 3) and torch.tensor(t.median("a")).tolist() == [1.0, 2.0, 4.0]
