@@ -39,35 +39,37 @@ CLAIMS = {
          ["random tokens, causal: output RMS at positions 0, 7, 63: 0.408, 0.165, 0.068"]),
     ],
     "9.4-the-transformer": [
-        ("At a learning rate of 1e-2 it stays below 100",
-         ["lr 1e-2           largest attention logit: above 1,000: False; below 100: True"]),
-        ("at 1e-1 it grows past 1,000", ["lr 1e-1           largest attention logit: above 1,000: True"]),
-        ("with QK-norm at the same high learning rate it stays below 100",
-         ["lr 1e-1, QK-norm  largest attention logit: above 1,000: False; below 100: True"]),
-        ("the two stable runs fall below 0.1 within 100 steps", [
-            "lr 1e-2           largest attention logit: above 1,000: False; below 100: True; "
-            "loss on the second half below 0.1 within 100 steps: True",
-            "lr 1e-1, QK-norm  largest attention logit: above 1,000: False; below 100: True; "
-            "loss on the second half below 0.1 within 100 steps: True"]),
-        ("the unstable run does not", ["below 100: False; loss on the second half below 0.1 within 100 steps: False"]),
+        # The whole ledger of 9.4 is book/claims/9.4-the-transformer.toml; these are its measured numbers.
+        ("At a peak learning rate of 1e-2 it stays\nbelow 100", ["lr 1e-2           largest attention logit above 100: False"]),
+        ("at 3e-2 it grows past 100", ["lr 3e-2           largest attention logit above 100: True"]),
+        ("with QK-norm at 3e-2 it stays below 100", ["lr 3e-2, QK-norm  largest attention logit above 100: False"]),
+        ("the two stable runs fall from about 3.5 nats", [
+            "lr 1e-2           largest attention logit above 100: False; loss on the second half below 0.1 within "
+            "100 steps: True, below 0.05 at step 200: True",
+            "lr 3e-2, QK-norm  largest attention logit above 100: False; loss on the second half below 0.1 within "
+            "100 steps: True, below 0.05 at step 200: True"]),
+        ("the unstable run stays above 3 nats", ["lr 3e-2           largest attention logit above 100: True; loss on "
+                                                 "the second half below 0.1 within 100 steps: False, below 0.05 at step "
+                                                 "200: False, above 3 nats at every step: True"]),
         ("reaches an error of 0.001 within 200 steps", ["transformer below 0.001 within 200 steps: True"]),
         ("is below 0.001 within 200 steps", ["transformer below 0.001 within 200 steps: True"]),
+        ("falls below it within 100 steps", ["below 0.1 within 100 steps: True"]),
         ("fluctuates around 1e-4 afterwards", ["median around 1e-4 (between 1e-5 and 1e-3): True"]),
         ("its test error fluctuates around $10^{-4}$", ["median around 1e-4 (between 1e-5 and 1e-3): True"]),
         ("stays on the plateau through step 1,000", ["GRU still on the plateau (above 0.1) through step 1,000: True"]),
         ("ends below 0.02", ["below 0.02 at step 1,500: True"]),
         ("the RNN never leaves it", ["RNN never below 0.15: True"]),
         ("always predicting 1 has an error of 0.18", ["error of always predicting 1 on the test set: 0.18"]),
-        ("a dashed line at the plateau, about 0.18", ["error of always predicting 1 on the test set: 0.18"]),
+        ("a gray line at the plateau, about 0.18", ["error of always predicting 1 on the test set: 0.18"]),
         ("At least two heads put about half their weight on each marked position",
          ["(within 0.1 of 0.5, over the test set): at least two of 4: True"]),
-        ("split between the two in every row but the first", ["GRU below 0.5: True", "GRU above 0.3: True"]),
+        ("with about seven times fewer operations", ["MFLOP, 7.1 times fewer"]),
         ("on average above 0.9, and near 0 elsewhere",
          ["transformer above 0.9: True", "transformer below 0.05: True"]),
         ("puts nearly all its weight on the copied position", ["transformer above 0.9: True"]),
         ("nearly all of it lies on the source position being copied, and none on the position after it",
          ["transformer above 0.9: True", "transformer below 0.05: True"]),
-        ("splits its weight between the copied position", ["GRU below 0.5: True", "GRU above 0.3: True"]),
+        ("splits its weight between the copied position", ["GRU between 0.2 and 0.5: True", "GRU above 0.3: True"]),
         ("Both reverse the held-out strings", [
             "GRU with additive attention (9.1): 19,914 parameters; strings reversed exactly, above 99%: True",
             "transformer encoder–decoder: 30,762 parameters; strings reversed exactly, above 99%: True"]),
