@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from helpers.race import MODELS, SLOWEST_FIRST, Result, Setup, race, run_one
+from helpers.race import MODELS, SLOWEST_FIRST, Result, Setup, race, run_one, start_race
 from helpers.race import test_set as held_out
 from helpers.train import train_and_evaluate
 
@@ -126,3 +126,12 @@ def test_train_and_evaluate_schedule_and_arguments():
     assert steps == [0, 2, 4, 5] and values == [1.0] * 4 and calls == [1, 2, 3, 4, 5]
     with pytest.raises(ValueError, match="steps must be a positive int, got 0"):
         train_and_evaluate(model, None, None, steps=0, evaluate=None)
+
+
+def test_start_race_runs_the_race_in_the_background_and_returns_its_results():
+    future = start_race(SMALL, names=("RNN",), workers=0)
+    results = future.result(timeout=120)
+    assert list(results) == ["RNN"] and results["RNN"].steps[-1] == SMALL.steps
+    failing = start_race(SMALL, names=("GRU",), workers=1, run=fail)
+    with pytest.raises(RuntimeError, match="training GRU failed"):
+        failing.result(timeout=120)
