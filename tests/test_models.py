@@ -1,8 +1,8 @@
+import math
+
 import pytest
 import torch
 from torch import nn
-
-import math
 
 from helpers.models import (
     AddingTransformer,
