@@ -64,7 +64,7 @@ CLAIMS = {
         ("At least two heads put about half their weight on each marked position",
          ["(within 0.1 of 0.5, over the test set): at least two of 4: True"]),
         ("with about seven times fewer operations", ["MFLOP, 7.1 times fewer"]),
-        ("on average above 0.9, and near 0 elsewhere",
+        ("on average above 0.9, and below 0.05 on the cell",
          ["transformer above 0.9: True", "transformer below 0.05: True"]),
         ("puts nearly all its weight on the copied position", ["transformer above 0.9: True"]),
         ("nearly all of it lies on the source position being copied, and none on the position after it",
