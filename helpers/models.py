@@ -1,8 +1,11 @@
 """Reusable models. Each one a notebook writes out as a listing is its twin here, for another notebook or
 the race's worker processes, and the listing's notebook checks that the two compute the same."""
 
+import math
+
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from helpers.attention import causal_mask
 from helpers.checks import one_of, positive_int, tensor
@@ -96,9 +99,12 @@ class PreNormBlock(nn.Module):
 class Attention(nn.Module):
     """Multi-head attention from the positions of ``x`` to those of ``context`` (section 9.4's listing).
 
-    ``forward(x (B, m, d), context (B, n, d) = x, need_weights=False) -> (B, m, d)``: self-attention
-    without ``context``, cross-attention with it; ``causal`` hides position ``j > i`` from query ``i``.
-    With ``need_weights`` the weights per head, ``(B, heads, m, n)``, are kept in ``self.weights``.
+    ``forward(x (B, m, d), context (B, n, d) = x, record=None) -> (B, m, d)``: self-attention
+    without ``context``, cross-attention with it. ``causal`` hides the future: the ``m`` queries are
+    the last ``m`` of the ``n`` positions (bottom-right alignment), so query ``i`` sees keys
+    ``0 .. n - m + i``; with ``context = x`` that is the usual causal mask, and the last position alone,
+    ``x[:, -1:]`` against the whole sequence, sees every key. ``record``, a list the caller owns, receives
+    the weights per head, ``(B, heads, m, n)``; without it none are computed (PyTorch's fast path).
     """
 
     def __init__(self, d, heads, causal=False):
@@ -107,12 +113,17 @@ class Attention(nn.Module):
         if d % heads:
             raise ValueError(f"width d={d} must be divisible by heads={heads}")
         self.mha = nn.MultiheadAttention(d, heads, batch_first=True)
-        self.causal, self.weights = causal, None
+        self.causal = causal
 
-    def forward(self, x, context=None, need_weights=False):
+    def forward(self, x, context=None, record=None):
         c = x if context is None else context
-        mask = causal_mask(x.shape[1], device=x.device) if self.causal else None   # self-attention only
-        y, self.weights = self.mha(x, c, c, attn_mask=mask, need_weights=need_weights, average_attn_weights=False)
+        m, n = x.shape[1], c.shape[1]
+        if self.causal and m > n:
+            raise ValueError(f"causal attention needs at most as many queries as keys, got {m} queries and {n} keys")
+        mask = causal_mask(n, device=x.device)[n - m:] if self.causal else None     # the last m rows
+        y, w = self.mha(x, c, c, attn_mask=mask, need_weights=record is not None, average_attn_weights=False)
+        if record is not None:
+            record.append(w)
         return y
 
 
@@ -145,10 +156,12 @@ class AddingTransformer(nn.Module):
             raise ValueError(f"x must be (batch, {self.length}, {self.embed.in_features}), got {tuple(x.shape)}")
         h = torch.cat([self.readout.expand(len(x), -1, -1), self.embed(x)], dim=1) + self.pos.weight  # (B, T+1, d)
         # Only the readout token's final state is read: it alone queries the sequence (keys and values
-        # come from every position), and the MLP runs on it alone. The same function, a hundred times less work.
-        r = self.block(h[:, :1], context=h, need_weights=need_weights)[:, 0]                         # (B, d)
+        # are still projected at every position), and the MLP runs on it alone: the same function as the
+        # full block at that position, with several times fewer operations (section 9.4 counts them).
+        record = [] if need_weights else None
+        r = self.block(h[:, :1], context=h, record=record)[:, 0]                                      # (B, d)
         y = self.out(self.norm(r)).squeeze(-1)
-        return (y, self.block.attn.weights[:, :, 0]) if need_weights else y
+        return (y, record[0][:, :, 0]) if need_weights else y
 
 
 class RecurrentRegressor(nn.Module):
@@ -169,3 +182,134 @@ class RecurrentRegressor(nn.Module):
             raise ValueError(f"x must be (batch, length, {self.rnn.input_size}), got {tuple(x.shape)}")
         _, h = self.rnn(x)                                        # h: (1, B, hidden), the last state
         return self.out(h[-1]).squeeze(-1)
+
+
+class LogitAttention(nn.Module):
+    """Causal self-attention with its logits written out, optional QK-norm (section 9.4's listing).
+
+    ``forward(x (B, T, d), record=None) -> (B, T, d)``; ``record``, a list the caller owns, receives the
+    largest absolute attention logit (a float). With ``qk_norm`` each head's queries and keys pass a
+    LayerNorm before their dot product.
+    """
+
+    def __init__(self, d, heads, qk_norm=False):
+        super().__init__()
+        d, heads = positive_int(d, "d"), positive_int(heads, "heads")
+        if d % heads:
+            raise ValueError(f"width d={d} must be divisible by heads={heads}")
+        self.heads, d_k = heads, d // heads
+        self.qkv, self.out = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.q_norm = nn.LayerNorm(d_k) if qk_norm else nn.Identity()
+        self.k_norm = nn.LayerNorm(d_k) if qk_norm else nn.Identity()
+
+    def forward(self, x, record=None):
+        B, T, d = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)   # (B, H, T, d_k)
+        s = self.q_norm(q) @ self.k_norm(k).transpose(-2, -1) / math.sqrt(d // self.heads)        # (B, H, T, T)
+        if record is not None:
+            record.append(s.detach().abs().max().item())
+        w = s.masked_fill(causal_mask(T, device=x.device), float("-inf")).softmax(-1)
+        return self.out((w @ v).transpose(1, 2).reshape(B, T, d))
+
+
+def init_gpt2(model, layers):
+    """GPT-2's initialization (section 9.4's listing): every weight matrix and embedding N(0, 0.02), biases 0,
+    and the projections that write into the residual stream (parameters named ``out.weight``,
+    ``out_proj.weight`` or ``mlp.2.weight``) N(0, 0.02 / sqrt(2 layers)); norms keep their gains of 1."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() >= 2:
+                residual = name.endswith(("out.weight", "out_proj.weight", "mlp.2.weight"))
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * layers) if residual else 0.02)
+
+
+class LanguageModel(nn.Module):
+    """A decoder-only language model initialized as GPT-2 and nanoGPT are (section 9.4's listing).
+
+    ``forward(idx (B, T) token ids, **kw) -> (B, T, vocab)`` next-token logits; ``kw`` (e.g. ``record``)
+    reaches every block's attention. Token and learned position embeddings, ``layers`` ``PreNormBlock``s
+    with ``attention()`` (default: causal ``Attention(d, heads)``), a final LayerNorm, and an output layer
+    tied to the token embedding. Every weight matrix and embedding starts as N(0, 0.02), biases at 0, and
+    the two projections that write into the residual stream in each block (the attention's output layer,
+    named ``out`` or ``out_proj``, and the MLP's second layer) as N(0, 0.02 / sqrt(2 layers)).
+    """
+
+    def __init__(self, vocab, T, d, heads, layers, attention=None):
+        super().__init__()
+        vocab, T, layers = positive_int(vocab, "vocab"), positive_int(T, "T"), positive_int(layers, "layers")
+        attention = attention or (lambda: Attention(d, heads, causal=True))
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(T, d)
+        self.blocks = nn.ModuleList(PreNormBlock(d, attention()) for _ in range(layers))
+        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.tok.weight                        # weight tying
+        init_gpt2(self, layers)
+
+    def forward(self, idx, **kw):
+        if idx.dim() != 2 or idx.shape[1] > self.pos.num_embeddings:
+            raise ValueError(f"idx must be (batch, T) with T <= {self.pos.num_embeddings}, got {tuple(idx.shape)}")
+        x = self.tok(idx) + self.pos.weight[: idx.shape[1]]
+        for block in self.blocks:
+            x = block(x, **kw)
+        return self.head(self.norm(x))
+
+
+def decay_groups(model, weight_decay=0.1):
+    """AdamW's two parameter groups: weight decay on the weight matrices; none on biases, norms, embeddings."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in embeddings]
+    rest = [p for p in model.parameters() if p.dim() < 2 or id(p) in embeddings]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def warmup_cosine(step, warmup, total, floor=0.1):
+    """Learning-rate factor: linear warmup to 1, then cosine decay to ``floor`` at ``total`` steps."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / (total - warmup))
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def repeat_batch(g, batch=32, half=16, vocab=32):
+    """``(batch, 2 half)`` token ids: ``half`` random tokens, then the same tokens again."""
+    first = torch.randint(vocab, (batch, half), generator=g)
+    return torch.cat([first, first], dim=1)
+
+
+def train_lm(lm, lr, steps=200, vocab=32, weight_decay=0.1, warmup=20):
+    """Section 9.4's recipe on the repeat task: AdamW with decay groups, warmup then cosine, clipping at 1.
+
+    Returns per step ``(loss on the predictable second half, largest attention logit or None)``.
+    """
+    g = torch.Generator().manual_seed(1)
+    opt = torch.optim.AdamW(decay_groups(lm, weight_decay), lr=lr, betas=(0.9, 0.95))
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, steps))
+    history = []
+    for _ in range(steps):
+        x = repeat_batch(g, vocab=vocab)
+        largest = []
+        logits = lm(x[:, :-1], record=largest)                    # (B, 31, vocab): predicts tokens 1 .. 31
+        loss = F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
+        opt.step()
+        schedule.step()
+        second = F.cross_entropy(logits[:, 15:].flatten(0, 1), x[:, 16:].flatten()).item()
+        history.append((second, max(largest, default=None)))
+    return history
+
+
+def copy_lm():
+    """Section 9.4's language model, built and trained as there: ``(model in eval mode, history)``.
+
+    Two blocks of width 64 with 4 heads (``LogitAttention`` without QK-norm), vocabulary 32, context 32,
+    trained by ``train_lm`` for 200 steps at a peak learning rate of 1e-2 on ``repeat_batch`` sequences
+    (a few seconds): given 16 tokens, it continues by repeating them. The weights are 9.4's on the same
+    machine and thread count.
+    """
+    torch.manual_seed(0)
+    lm = LanguageModel(32, 32, 64, heads=4, layers=2, attention=lambda: LogitAttention(64, 4))
+    history = train_lm(lm, lr=1e-2)
+    return lm.eval(), history

@@ -13,7 +13,7 @@ import queue as queues
 import signal
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
@@ -217,6 +217,19 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
         return _race_in_processes(names, setup, workers, bar, stall, deadline, run)
     finally:
         bar.close()
+
+
+def start_race(setup=None, **kw):
+    """Start ``race(setup=setup, progress=False, **kw)`` in a background thread; return its ``Future``.
+
+    The race's worker processes then train while the notebook runs other cells; ``.result()`` waits for
+    the race and returns what ``race`` returns (or raises what it raised). The training runs are the
+    same as in the foreground: each model trains on one thread in its own process.
+    """
+    pool = ThreadPoolExecutor(1, thread_name_prefix="race")
+    future = pool.submit(race, setup=setup, progress=False, **kw)
+    pool.shutdown(wait=False)             # the thread ends with the race
+    return future
 
 
 def _race_in_processes(names, setup, workers, bar, stall, deadline, run):

@@ -1,8 +1,21 @@
+import math
+
 import pytest
 import torch
 from torch import nn
 
-from helpers.models import AddingTransformer, AdditiveAttention, Attention, PreNormBlock, RecurrentRegressor
+from helpers.models import (
+    AddingTransformer,
+    AdditiveAttention,
+    Attention,
+    LanguageModel,
+    LogitAttention,
+    PreNormBlock,
+    RecurrentRegressor,
+    decay_groups,
+    repeat_batch,
+    train_lm,
+)
 
 
 def size(model):
@@ -58,14 +71,65 @@ def test_attention_self_causal_and_cross():
     torch.manual_seed(0)
     x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
     attn = Attention(16, 4)
-    assert attn(x, memory, need_weights=True).shape == (2, 5, 16) and attn.weights.shape == (2, 4, 5, 7)
-    assert attn(x).shape == (2, 5, 16) and attn.weights is None
+    weights = []
+    assert attn(x, memory, record=weights).shape == (2, 5, 16) and weights[0].shape == (2, 4, 5, 7)
+    assert attn(x).shape == (2, 5, 16) and not hasattr(attn, "weights")     # nothing kept on the module
     causal = Attention(16, 4, causal=True)
-    causal(x, need_weights=True)
-    assert torch.allclose(causal.weights.sum(-1), torch.ones(2, 4, 5))
-    assert (causal.weights.triu(1) == 0).all()                 # no weight on the future
-    y = causal(x)
+    weights = []
+    y = causal(x, record=weights)
+    assert torch.allclose(weights[0].sum(-1), torch.ones(2, 4, 5))
+    assert (weights[0].triu(1) == 0).all()                     # no weight on the future
     assert torch.allclose(causal(x[:, :3]), y[:, :3], atol=1e-6)   # outputs 0-2 ignore tokens 3-4
+
+
+def test_causal_attention_with_a_context_is_aligned_bottom_right():
+    """The m queries are the last m positions: the last position alone sees every key, as in the full pass."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 16)
+    block = PreNormBlock(16, Attention(16, 4, causal=True)).eval()
+    for m in (1, 2, 6):
+        assert torch.allclose(block(x[:, -m:], context=x), block(x)[:, -m:], atol=1e-6)
+    weights = []
+    block(x[:, -2:], context=x, record=weights)
+    assert (weights[0][:, :, 0, 5] == 0).all() and (weights[0][:, :, 1] > 0).all()
+    with pytest.raises(ValueError, match="at most as many queries as keys"):
+        block.attn(x, x[:, :3])
+
+
+def test_language_model_is_initialized_as_gpt2_and_tied():
+    torch.manual_seed(0)
+    L = 3
+    lm = LanguageModel(50, 16, 64, heads=4, layers=L)
+    assert lm.head.weight is lm.tok.weight
+    std = {name: p.std().item() for name, p in lm.named_parameters()}
+    assert abs(std["tok.weight"] - 0.02) < 0.003 and abs(std["blocks.0.attn.mha.in_proj_weight"] - 0.02) < 0.002
+    for name in ("blocks.1.attn.mha.out_proj.weight", "blocks.2.mlp.2.weight"):
+        assert abs(std[name] - 0.02 / math.sqrt(2 * L)) < 0.002, name
+    assert all(p.abs().sum() == 0 for name, p in lm.named_parameters() if name.endswith("bias"))
+    idx = torch.randint(50, (2, 16))
+    loss = nn.functional.cross_entropy(lm(idx)[:, :-1].flatten(0, 1), idx[:, 1:].flatten())
+    assert abs(loss.item() - math.log(50)) < 0.1               # about a uniform guess at the start
+    with pytest.raises(ValueError, match="T <= 16"):
+        lm(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_decay_groups_decay_only_the_weight_matrices():
+    lm = LanguageModel(50, 16, 64, heads=4, layers=2)
+    decay, rest = decay_groups(lm, 0.1)
+    assert decay["weight_decay"] == 0.1 and rest["weight_decay"] == 0.0
+    ids = {id(p) for p in decay["params"]}
+    assert id(lm.tok.weight) not in ids and id(lm.pos.weight) not in ids and all(p.dim() == 2 for p in decay["params"])
+    assert len(decay["params"]) + len(rest["params"]) == len(list(lm.parameters()))
+    assert len(decay["params"]) == 2 * 4                       # in_proj, out_proj and the MLP's two per block
+
+
+def test_train_lm_records_the_largest_logit_and_learns():
+    torch.manual_seed(0)
+    lm = LanguageModel(32, 32, 32, heads=4, layers=1, attention=lambda: LogitAttention(32, 4, qk_norm=True))
+    history = train_lm(lm, lr=1e-2, steps=3)
+    assert len(history) == 3 and all(z > 0 for _, z in history)
+    x = repeat_batch(torch.Generator().manual_seed(0), batch=2, half=4)
+    assert torch.equal(x[:, :4], x[:, 4:])
 
 
 def test_additive_attention_weights_are_a_softmax_over_the_keys():

@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from helpers.race import MODELS, SLOWEST_FIRST, Result, Setup, race, run_one
+from helpers.race import MODELS, SLOWEST_FIRST, Result, Setup, race, run_one, start_race
 from helpers.race import test_set as held_out
 from helpers.train import train_and_evaluate
 
@@ -216,3 +216,12 @@ def test_race_names_a_run_it_cannot_send_or_a_lane_that_returns_no_result():
         race(("RNN",), SMALL, workers=0, progress=False, run=returns_none)     # an AttributeError before
     with pytest.raises(ValueError, match=r"seed must be below 2\*\*64"):
         Setup(seed=2**64)                          # "Overflow when unpacking long long" inside the lane before
+
+
+def test_start_race_runs_the_race_in_the_background_and_returns_its_results():
+    future = start_race(SMALL, names=("RNN",), workers=0)
+    results = future.result(timeout=120)
+    assert list(results) == ["RNN"] and results["RNN"].steps[-1] == SMALL.steps
+    failing = start_race(SMALL, names=("GRU",), workers=1, run=fail)
+    with pytest.raises(RuntimeError, match="training GRU failed"):
+        failing.result(timeout=120)
