@@ -1135,7 +1135,7 @@ def _decode_hiding(model, source, offsets, relative=1, copied=True, renormalize=
 
 @exercise("9.1.3", "With the positions you hid, your decoder's weights and logits are those of the model's own "
                    "decoding loop with the hidden weights removed and the rest renormalized, also where an offset "
-                   "runs past either end of the string.")
+                   "points before the start of the string.")
 def _(answer):
     from helpers.models import AdditiveAttention, AttentionSeq2Seq
     g = _fresh()
