@@ -187,7 +187,7 @@ class Control:
         return bundle
 
 
-def control(draw, values, label, *, start=None, dpi=72, alt="", fmt="png", **fixed):
+def control(draw, values, label, /, *, start=None, dpi=72, alt="", fmt="png", **fixed):
     """Show ``draw(value, **fixed)`` under a control over ``values``, live in Jupyter and static on the site.
 
     ``draw(value, **fixed)`` returns a matplotlib figure or a string; it is called once per value now

@@ -195,3 +195,9 @@ def test_start_must_be_among_the_values():
     """Issue 23: start=5 failed with '5 is not in list'."""
     with pytest.raises(ValueError, match=r"start=5 is not among the values \['1', '2'\]"):
         control(str, [1, 2], "n", start=5)
+
+
+def test_fixed_arguments_may_share_the_names_of_controls_own():
+    """9.1's draw takes `values` (the stored values), which is also control's second parameter."""
+    c = control(lambda s, values, label: line(s * values[0]), [1, 2], "slope", values=[3], label="x")
+    assert c.fixed == {"values": [3], "label": "x"} and c.values == [1, 2] and c.label == "slope"
