@@ -201,3 +201,21 @@ def test_fixed_arguments_may_share_the_names_of_controls_own():
     """9.1's draw takes `values` (the stored values), which is also control's second parameter."""
     c = control(lambda s, values, label: line(s * values[0]), [1, 2], "slope", values=[3], label="x")
     assert c.fixed == {"values": [3], "label": "x"} and c.values == [1, 2] and c.label == "slope"
+
+
+def test_the_site_shows_every_frame_and_the_stored_notebook_keeps_both():
+    """book/conf.py swaps the every-state html into text/html as Sphinx reads a notebook (what the page renders)."""
+    import json
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("conf", ROOT / "book" / "conf.py")
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+    bundle = control(line, [1, 2], "slope")._repr_mimebundle_()
+    cell = nbformat.v4.new_code_cell("control(...)")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={k: v for k, v in bundle.items() if k != WIDGET})]
+    content = [nbformat.writes(nbformat.v4.new_notebook(cells=[cell]))]
+    app = SimpleNamespace(env=SimpleNamespace(doc2path=lambda name: f"{name}.ipynb"))
+    conf.control_frames(app, "notebooks/9.1", content)
+    data = json.loads(content[0])["cells"][0]["outputs"][0]["data"]
+    assert data["text/html"] == bundle[CONTROL_HTML] and CONTROL_HTML not in data
