@@ -58,7 +58,7 @@ guarantees: $(STAMP)  ## execute the chapter again under a simulated hardware ma
 bench: $(STAMP)  ## execution report: seconds and peak memory per notebook, against tests/budgets.toml
 	$(BIN)/python tests/bench.py $(if $(filter command line,$(origin NB)),$(NB))
 
-lab: $(STAMP)  ## open JupyterLab on the notebooks
+lab: $(STAMP)  ## open JupyterLab on the notebooks (with jupyterlab-myst, pinned in pyproject.toml, rendering their MyST)
 	$(BIN)/jupyter lab notebooks
 
 book: execute  ## execute the notebooks, write the figures, and build the site
@@ -89,7 +89,7 @@ site-test: site  ## open every page in headless Chromium (apt's chromium) and ch
 	$(BIN)/pytest -o addopts='-p no:cacheprovider' -q --check-links --check-anchors --links-ext html \
 	  --check-links-ignore 'https?://.*' $(SITE)/html
 
-lab-test: $(STAMP)  ## in JupyterLab (started on a loopback port) and headless Chromium, move one control per notebook
+lab-test: $(STAMP)  ## in JupyterLab (loopback port) and headless Chromium: notebooks unrun (one frame per control, no raw MyST), then Run All and every control moved
 	$(BIN)/pytest -o addopts='-p no:cacheprovider' book/test_lab.py
 
 clean:  ## remove the environment and build outputs (notebooks and figures stay)

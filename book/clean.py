@@ -6,8 +6,9 @@
   noise in the stored file (tqdm still draws its bars while a notebook runs),
 - the Python patch version in the notebook's metadata, which differs from one reader to the next,
 - live widgets (helpers.controls): their views and saved state name model ids that change on every run
-  and mean nothing without the kernel that made them; the control's html rendering, stored beside
-  them in the same output, is what the site and a reader opening the stored notebook see;
+  and mean nothing without the kernel that made them; the control's two html renderings, stored beside
+  them in the same output, are what the site (every state) and a reader opening the stored notebook
+  (the start state, with a line saying how to make it live) see;
 and it joins consecutive pieces of one stream, which the kernel splits wherever its buffer was flushed.
 
 Usage: python book/clean.py NOTEBOOK.ipynb [...]

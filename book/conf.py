@@ -10,6 +10,7 @@ Each figure's caption comes from the markdown cell below it in the notebook (`ca
 "What this chapter claims, and where it checks it" is generated from the claims ledger (`ledger.py`).
 """
 
+import json
 import os
 import re
 import shutil
@@ -39,9 +40,12 @@ exclude_patterns = ["README.md", "**/.ipynb_checkpoints"]  # README.md is staged
 # Notebooks: show what is stored, never execute. Progress bars and warnings on stderr stay in Jupyter.
 nb_execution_mode = "off"
 nb_output_stderr = "remove"
-# Controls (helpers.controls) store an html rendering with every state precomputed beside their live
-# widget: the site shows that one. No widget view is rendered, and no widget manager is loaded (myst-nb
-# would take it from two CDNs), so a control on a page works without kernel or network.
+# Controls (helpers.controls) store, beside their live widget, an html rendering with every state
+# precomputed (under CONTROL_HTML) and their start state alone (text/html, what JupyterLab shows unrun): the
+# site shows the first, swapped into text/html as Sphinx reads each notebook (`control_frames` below). No
+# widget view is rendered, and no widget manager is loaded (myst-nb would take it from two CDNs), so a
+# control on a page works without kernel or network.
+CONTROL_HTML = "application/vnd.book.control+html"
 nb_mime_priority_overrides = [("*", "application/vnd.jupyter.widget-view+json", None)]
 nb_ipywidgets_js = {}
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
@@ -107,6 +111,22 @@ def number_figures_by_section(app, env):
     return changed
 
 
+def control_frames(app, docname, content):
+    """``source-read``: each control's every-state html becomes its text/html, which the page shows.
+
+    Only what Sphinx parses changes; the notebook a reader downloads keeps both renderings.
+    """
+    if not str(app.env.doc2path(docname)).endswith(".ipynb") or CONTROL_HTML not in content[0]:
+        return
+    nb = json.loads(content[0])
+    for cell in nb["cells"]:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if CONTROL_HTML in data:
+                data["text/html"] = data.pop(CONTROL_HTML)
+    content[0] = json.dumps(nb, ensure_ascii=False)
+
+
 def copy_mathjax(app, exception):
     """Copy MathJax's CHTML build and what it loads on demand (TeX extensions, fonts, menu, speech)."""
     if exception or app.builder.format != "html":
@@ -140,5 +160,6 @@ def setup(app):
 
     app.connect("source-read", source_read)
     app.connect("builder-inited", write_claims_page)
+    app.connect("source-read", control_frames)
     app.connect("env-get-updated", number_figures_by_section, priority=900)
     app.connect("build-finished", copy_mathjax)

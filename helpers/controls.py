@@ -1,27 +1,42 @@
 """Controls to turn: live in Jupyter, and still working on the static site, without kernel or network.
 
-``control(draw, values, label)`` shows ``draw(value)`` (a matplotlib figure, or text) under a slider,
-or a menu when the values are words. One display carries two renderings of the same control:
+``control(draw, values, label, **fixed)`` shows ``draw(value, **fixed)`` (a matplotlib figure, or
+text) under a slider, or a menu when the values are words. Everything ``draw`` needs besides the value
+is passed in ``fixed`` and bound when the control's cell runs (as ipywidgets' ``fixed``), so a later
+cell that rebinds a notebook global (``T = 5``) changes nothing the control draws.
+
+One display carries three renderings of the same control:
 
 - ``application/vnd.jupyter.widget-view+json``: an ipywidgets slider or dropdown. In a live kernel
   (JupyterLab, VS Code, Colab) moving it calls ``draw`` again, so the notebook's own torch code
-  recomputes the figure.
-- ``text/html``: every state drawn now, by the same ``draw``, as small inline PNGs behind a plain
-  ``<input type="range">`` or ``<select>`` whose few lines of inline JavaScript show one frame at a
-  time. The site renders this one (book/conf.py); it needs no kernel, no widget manager and nothing
-  from another host.
+  recomputes the figure; an error it raises shows under the control.
+- ``application/vnd.book.control+html`` (``CONTROL_HTML``): every state drawn now, by the same
+  ``draw``, as small inline images behind a plain ``<input type="range">`` or ``<select>`` whose few
+  lines of inline JavaScript show one frame at a time. The site renders this one (book/conf.py); it
+  needs no kernel, no widget manager and nothing from another host.
+- ``text/html``: the start state alone, with a line saying that running the cell makes it live. This is
+  what a viewer that knows neither of the two shows: JupyterLab opening the stored notebook unrun (it
+  sanitizes untrusted html, which would strip the frame switching and show every frame at once),
+  GitHub, nbviewer.
 
-The output of a control cell varies (widget ids change on every run, PNG pixels with the CPU), so the
-cell is tagged ``nbval-ignore-output`` (README), and book/clean.py stores only the html rendering.
+The output of a control cell varies (widget ids change on every run, image pixels with the CPU), so the
+cell is tagged ``nbval-ignore-output`` (README), and book/clean.py stores all but the live widget.
+``CONTROLS`` keeps every control made in this process, for the test that redraws them all after Run
+All (tests/test_controls_live.py).
 """
 
 import base64
 import html
 import io
+import traceback
+from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
+CONTROL_HTML = "application/vnd.book.control+html"
+CONTROLS = []                         # every Control made in this process, oldest first
 
 # Shows frame k of the control the input sits in. Inline, so the page needs no script file; written
 # with single quotes only, since it lives in a double-quoted attribute.
@@ -30,6 +45,7 @@ SWITCH = ("const c=this.closest('.book-control'),f=c.querySelectorAll('.book-fra
           "f.forEach((e,i)=>{e.hidden=i!==k;});"
           "const o=c.querySelector('output');if(o){o.textContent=f[k].dataset.label;}"
           "this.setAttribute('aria-valuetext',f[k].dataset.label);")
+OPTIONS = ("start", "dpi", "alt", "fmt")
 
 
 def label_of(value):
@@ -42,18 +58,23 @@ def label_of(value):
 def render(drawn, dpi=72, alt="", fmt="png"):
     """One frame as html: a figure becomes an inline image (and is closed), text a <pre> block.
 
-    ``fmt="jpeg"`` suits photographs, which PNG barely compresses.
+    ``fmt="jpeg"`` suits photographs, which PNG barely compresses. Anything else than a matplotlib
+    figure or a string is refused (TypeError): ``None`` from a ``draw`` that forgot its ``return``, or
+    an Axes where the figure was meant.
     """
     if fmt not in ("png", "jpeg"):
         raise ValueError(f"fmt must be png or jpeg, got {fmt!r}")
-    if hasattr(drawn, "savefig"):
+    if isinstance(drawn, Figure):
         buffer = io.BytesIO()
         options = {"metadata": {"Software": None}} if fmt == "png" else {"pil_kwargs": {"quality": 80}}
         drawn.savefig(buffer, format=fmt, dpi=dpi, **options)
         plt.close(drawn)
         data = base64.b64encode(buffer.getvalue()).decode()
         return f'<img src="data:image/{fmt};base64,{data}" alt="{html.escape(alt)}">'
-    return f"<pre>{html.escape(str(drawn))}</pre>"
+    if isinstance(drawn, str):
+        return f"<pre>{html.escape(drawn)}</pre>"
+    hint = " (return ax.figure, not the Axes)" if hasattr(drawn, "figure") and isinstance(drawn.figure, Figure) else ""
+    raise TypeError(f"draw must return a matplotlib figure or a string, got {type(drawn).__name__}{hint}")
 
 
 def static_html(frames, labels, label, start=0, words=False):
@@ -74,22 +95,71 @@ def static_html(frames, labels, label, start=0, words=False):
     return f'<div class="book-control">{picker}{shown}</div>'
 
 
+def still_html(frame, labels, label, start=0):
+    """The control as one frame, its start state, under a line saying how to make it live."""
+    states = ", ".join(labels) if len(labels) <= 8 else f"{labels[0]}, {labels[1]}, ..., {labels[-1]}"
+    note = (f"<p><strong>{html.escape(label)}: {html.escape(labels[start])}</strong>, one of {len(labels)} states "
+            f"({html.escape(states)}). <em>Run this cell to turn the control</em> (the book's web page switches "
+            f"between the states without a kernel).</p>")
+    return f'<div class="book-control-still">{note}{frame}</div>'
+
+
 class Control:
     """A control over ``values``: ipywidgets in a live kernel, precomputed frames in html (see module)."""
 
-    def __init__(self, draw, values, label, start=None, dpi=72, alt="", fmt="png"):
+    def __init__(self, draw, values, label, start=None, dpi=72, alt="", fmt="png", fixed=None):
+        if not callable(draw):
+            raise TypeError(f"draw must be a function of the value, got {type(draw).__name__}")
+        if hasattr(values, "tolist") and not isinstance(values, (str, bytes)):
+            values = values.tolist()                     # a numpy array or a tensor of states
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise TypeError(f"values must be a list of the states, got {type(values).__name__} {values!r:.60}")
+        if not isinstance(label, str):
+            raise TypeError(f"label must be a string, got {type(label).__name__} {label!r:.60}")
+        if not isinstance(alt, str):
+            raise TypeError(f"alt must be a string, got {type(alt).__name__}")
+        if fmt not in ("png", "jpeg"):
+            raise ValueError(f"fmt must be png or jpeg, got {fmt!r}")
         self.draw, self.values, self.label = draw, list(values), label
+        self.dpi, self.alt, self.fmt, self.fixed = dpi, alt, fmt, dict(fixed or {})
+        if len(self.values) < 2:
+            raise ValueError(f"values must hold two or more states, got {self.values!r}")
         self.labels = [label_of(v) for v in self.values]
+        if len(set(self.labels)) < len(self.labels):
+            raise ValueError(f"values must read differently, got {self.labels}")
+        if start is not None and start not in self.values:
+            raise ValueError(f"start={start!r} is not among the values {self.labels}")
         self.start = self.values.index(start) if start is not None else 0
-        self.frames = [render(draw(v), dpi, alt, fmt) for v in self.values]
+        self.frames = [self.frame(v) for v in self.values]
         self.words = all(isinstance(v, str) for v in self.values)
         self.html = static_html(self.frames, self.labels, label, self.start, self.words)
+        self.still = still_html(self.frames[self.start], self.labels, label, self.start)
         self.widget = None
+        CONTROLS.append(self)
+
+    def frame(self, value):
+        """``draw(value, **fixed)`` as html; the figures it opened are closed, also when it fails."""
+        before = set(plt.get_fignums())
+        try:
+            return render(self.draw(value, **self.fixed), self.dpi, self.alt, self.fmt)
+        finally:
+            for number in set(plt.get_fignums()) - before:
+                plt.close(number)
+
+    def redraw(self, value):
+        """Show ``value``'s state under the control, or the error that drawing it raised."""
+        try:
+            shown = {"output_type": "display_data", "metadata": {},
+                     "data": {"text/html": self.frame(value), "text/plain": f"{self.label}: {label_of(value)}"}}
+        except Exception as error:                       # the reader sees it under the control, not in a log
+            shown = {"output_type": "error", "ename": type(error).__name__, "evalue": str(error),
+                     "traceback": "".join(traceback.format_exception(error)).rstrip().split("\n")}
+        self.out.outputs = (shown,)
+        return shown
 
     def build_widget(self):
         """The live control: moving it calls ``draw`` and redraws in an Output widget."""
         import ipywidgets as widgets
-        from IPython.display import HTML, display
 
         options = list(zip(self.labels, self.values, strict=True))
         common = dict(options=options, value=self.values[self.start], description=self.label,
@@ -98,26 +168,18 @@ class Control:
         self.picker = (widgets.Dropdown(**common) if self.words
                        else widgets.SelectionSlider(continuous_update=False, **common))
         self.out = widgets.Output()
-        with self.out:
-            display(HTML(self.frames[self.start]))
-
-        def redraw(change):
-            drawn = self.draw(change["new"])
-            with self.out:
-                self.out.clear_output(wait=True)
-                display(drawn) if hasattr(drawn, "savefig") else print(drawn)
-            if hasattr(drawn, "savefig"):
-                plt.close(drawn)
-
-        self.picker.observe(redraw, names="value")
+        self.out.outputs = ({"output_type": "display_data", "metadata": {},
+                             "data": {"text/html": self.frames[self.start], "text/plain": self.labels[self.start]}},)
+        self.picker.observe(lambda change: self.redraw(change["new"]), names="value")
         self.widget = widgets.VBox([self.picker, self.out])
         return self.widget
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = {"text/plain": f"control: {self.label}, {len(self.values)} states", "text/html": self.html}
+        bundle = {"text/plain": f"control: {self.label}, {len(self.values)} states",
+                  "text/html": self.still, CONTROL_HTML: self.html}
         try:
             widget = self.widget or self.build_widget()
-        except ImportError:          # without ipywidgets the html rendering still works where scripts run
+        except ImportError:          # without ipywidgets the html renderings still work
             return bundle
         live = widget._repr_mimebundle_(include=include, exclude=exclude) or {}
         if WIDGET in live:
@@ -125,12 +187,33 @@ class Control:
         return bundle
 
 
-def control(draw, values, label, start=None, dpi=72, alt="", fmt="png"):
-    """Show ``draw(value)`` under a control over ``values``, live in Jupyter and static on the site.
+def control(draw, values, label, /, *, start=None, dpi=72, alt="", fmt="png", **fixed):
+    """Show ``draw(value, **fixed)`` under a control over ``values``, live in Jupyter and static on the site.
 
-    ``draw(value)`` returns a matplotlib figure or text; it is called once per value now (the
-    site's frames) and again whenever a reader moves the control in a live kernel. Keep ``values`` to
-    a handful (5 to 12): each becomes a frame stored in the notebook, a PNG at ``dpi`` (``fmt="jpeg"``
-    for photographs). ``alt`` describes the frames.
+    ``draw(value, **fixed)`` returns a matplotlib figure or a string; it is called once per value now
+    (the site's frames) and again whenever a reader moves the control in a live kernel. Pass in
+    ``fixed`` (keyword arguments) everything it uses from the notebook: they are bound now, so the
+    control draws the same after later cells have rebound those names. Keep ``values`` (a list) to a
+    handful (5 to 12): each becomes a frame stored in the notebook, an image at ``dpi`` (``fmt="jpeg"``
+    for photographs). ``start`` is the value shown first; ``alt`` describes the frames.
     """
-    return Control(draw, values, label, start, dpi, alt, fmt)
+    return Control(draw, values, label, start, dpi, alt, fmt, fixed)
+
+
+def redraw_all(controls=None):
+    """Draw every state of every control again; return the states that differ from the frames drawn when
+    each control's cell ran, as ``(label, value, what happened)``. Empty when every control is faithful.
+
+    Each state goes through the live path, the widget's ``redraw``, as if a reader had picked it.
+    """
+    differ = []
+    for c in CONTROLS if controls is None else controls:
+        if c.widget is None:
+            c.build_widget()
+        for value, frame in zip(c.values, c.frames, strict=True):
+            shown = c.redraw(value)
+            if shown["output_type"] == "error":
+                differ.append((c.label, label_of(value), f"raised {shown['ename']}: {shown['evalue']}"))
+            elif shown["data"]["text/html"] != frame:
+                differ.append((c.label, label_of(value), "draws a different frame"))
+    return differ

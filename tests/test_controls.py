@@ -10,8 +10,9 @@ matplotlib.use("agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import nbformat  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
-from helpers.controls import WIDGET, control, label_of, static_html  # noqa: E402
+from helpers.controls import CONTROL_HTML, CONTROLS, WIDGET, control, label_of, redraw_all, static_html  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("clean", ROOT / "book" / "clean.py")
@@ -70,6 +71,7 @@ def test_the_live_control_redraws_with_the_new_value():
     assert bundle[WIDGET]["model_id"] == c.widget.model_id
     c.picker.value = 5                                   # what moving the slider does
     assert calls == [1, 2, 5, 5]
+    assert c.out.outputs[0]["data"]["text/html"] == c.frames[2], "the redraw shows what the stored frame shows"
     assert type(c.picker).__name__ == "SelectionSlider"
     assert type(control(str, ["a", "b"], "word").build_widget().children[0]).__name__ == "Dropdown"
     assert not plt.get_fignums()
@@ -83,7 +85,7 @@ def test_clean_stores_the_html_rendering_without_the_live_widget():
     assert not clean.is_clean(nb)
     clean.clean(nb)
     assert clean.is_clean(nb) and "widgets" not in nb.metadata
-    assert set(cell.outputs[0].data) == {"text/plain", "text/html"}
+    assert set(cell.outputs[0].data) == {"text/plain", "text/html", CONTROL_HTML}
 
 
 def test_photographs_can_be_stored_as_jpeg():
@@ -91,3 +93,129 @@ def test_photographs_can_be_stored_as_jpeg():
     assert c.html.count("data:image/jpeg;base64,/9j/") == 2        # /9j/ is base64 of JPEG's start-of-image marker
     with pytest.raises(ValueError):
         control(line, [1, 2], "slope", fmt="gif")
+
+
+def test_what_draw_uses_is_bound_when_the_control_is_made():
+    """A later rebinding of a name the notebook used (issue 19: `T = 5` in 9.2) changes nothing drawn."""
+    data = {"T": 3}
+    c = control(lambda s, T: line(s * T), [1, 2], "slope", T=data["T"])
+    data["T"] = 5
+    assert c.fixed == {"T": 3} and redraw_all([c]) == []
+
+
+def test_a_control_that_draws_differently_or_raises_after_the_fact_is_reported():
+    state = {"k": 1}
+    c = control(lambda s: line(s * state["k"]), [1, 2], "slope")
+    state["k"] = 2
+    assert redraw_all([c]) == [("slope", "1", "draws a different frame"), ("slope", "2", "draws a different frame")]
+    state["k"] = None
+    assert [d[2].split(":")[0] for d in redraw_all([c])] == ["raised TypeError"] * 2
+
+
+def test_an_error_in_a_redraw_shows_under_the_control():
+    broken = []
+
+    def draw(s):
+        if broken:
+            raise ValueError("x and y must have same first dimension")
+        return line(s)
+
+    c = control(draw, [1, 2, 5], "slope")
+    c.build_widget()
+    broken.append(True)
+    c.picker.value = 5                                   # raises inside draw: shown, not only logged
+    (shown,) = c.out.outputs
+    assert shown["output_type"] == "error" and shown["ename"] == "ValueError"
+    assert "x and y must have same first dimension" in shown["evalue"] and any("draw" in t for t in shown["traceback"])
+    broken.clear()
+    c.picker.value = 2                                   # and the next good state replaces the error
+    assert c.out.outputs[0]["data"]["text/html"] == c.frames[1]
+    assert not plt.get_fignums()
+
+
+def test_every_control_made_is_registered():
+    c = control(line, [1, 2], "slope")
+    assert CONTROLS[-1] is c
+
+
+def test_stored_html_shows_one_frame_and_says_how_to_make_it_live():
+    """What JupyterLab shows unrun (text/html): the start frame alone; the site's every-state html apart."""
+    bundle = control(line, [1, 2, 5], "slope", start=2)._repr_mimebundle_()
+    still = bundle["text/html"]
+    assert still.count("<img") == 1 and "book-frame" not in still and "oninput" not in still
+    assert "Run this cell" in still and "slope: 2" in still and "3 states" in still
+    assert bundle[CONTROL_HTML].count("<img") == 3 and "oninput" in bundle[CONTROL_HTML]
+    assert re.search(r'src="([^"]+)"', still)[1] in bundle[CONTROL_HTML].split('data-label="2"')[1].split("</div>")[0]
+
+
+def test_a_draw_returning_neither_figure_nor_text_is_refused_and_its_figures_closed():
+    """Issue 23: None read '<pre>None</pre>', an Axes '<pre>Axes(...)</pre>', and their figures stayed open."""
+    def forgot_return(s):
+        line(s)
+
+    with pytest.raises(TypeError, match="figure or a string, got NoneType"):
+        control(forgot_return, [1, 2], "slope")
+    assert not plt.get_fignums()
+    with pytest.raises(TypeError, match="got Axes .*ax.figure"):
+        control(lambda s: line(s).axes[0], [1, 2], "slope")
+    assert not plt.get_fignums()
+    with pytest.raises(TypeError, match="got int"):
+        control(lambda s: s, [1, 2], "slope")
+
+
+def test_figures_opened_by_a_draw_that_raises_are_closed():
+    def fails(s):
+        line(s)
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    with pytest.raises(RuntimeError):
+        control(fails, [1, 2], "slope")
+    assert not plt.get_fignums()
+
+
+def test_values_must_be_a_list_not_a_string():
+    """Issue 23: control(f, "abc", ...) became a three-item menu."""
+    with pytest.raises(TypeError, match="values must be a list"):
+        control(str, "abc", "letter")
+    with pytest.raises(TypeError, match="values must be a list"):
+        control(str, {1, 2}, "unordered")
+    with pytest.raises(ValueError, match="two or more"):
+        control(str, ["a"], "one")
+    assert control(str, range(3), "n").values == [0, 1, 2]
+    assert control(str, torch.tensor([1, 2]), "n").values == [1, 2]
+
+
+def test_label_must_be_text():
+    """Issue 23: label=123 failed with AttributeError inside html."""
+    with pytest.raises(TypeError, match="label must be a string, got int"):
+        control(str, [1, 2], 123)
+
+
+def test_start_must_be_among_the_values():
+    """Issue 23: start=5 failed with '5 is not in list'."""
+    with pytest.raises(ValueError, match=r"start=5 is not among the values \['1', '2'\]"):
+        control(str, [1, 2], "n", start=5)
+
+
+def test_fixed_arguments_may_share_the_names_of_controls_own():
+    """9.1's draw takes `values` (the stored values), which is also control's second parameter."""
+    c = control(lambda s, values, label: line(s * values[0]), [1, 2], "slope", values=[3], label="x")
+    assert c.fixed == {"values": [3], "label": "x"} and c.values == [1, 2] and c.label == "slope"
+
+
+def test_the_site_shows_every_frame_and_the_stored_notebook_keeps_both():
+    """book/conf.py swaps the every-state html into text/html as Sphinx reads a notebook (what the page renders)."""
+    import json
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("conf", ROOT / "book" / "conf.py")
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+    bundle = control(line, [1, 2], "slope")._repr_mimebundle_()
+    cell = nbformat.v4.new_code_cell("control(...)")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={k: v for k, v in bundle.items() if k != WIDGET})]
+    content = [nbformat.writes(nbformat.v4.new_notebook(cells=[cell]))]
+    app = SimpleNamespace(env=SimpleNamespace(doc2path=lambda name: f"{name}.ipynb"))
+    conf.control_frames(app, "notebooks/9.1", content)
+    data = json.loads(content[0])["cells"][0]["outputs"][0]["data"]
+    assert data["text/html"] == bundle[CONTROL_HTML] and CONTROL_HTML not in data
