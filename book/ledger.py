@@ -7,9 +7,11 @@ entry is a `[[claim]]` table:
     text   = "..."          an exact substring of the notebook's .md (prose, caption, alt text, comment,
                             solution), whitespace collapsed
     kind   = "computed"     computed (an output proves it) | figure (what a figure shows; an output proves
-                            it) | cited (a paper says so)
+                            it) | cited (a paper says so) | setting (how an experiment is set up: the
+                            seed, the learning rate, the steps; the code that sets it proves it)
     check  = ["..."]        computed and figure: substrings of compared output lines (stdout of cells not
                             tagged nbval-ignore-output), each within one line, whitespace collapsed
+                            setting: substrings of the notebook's code, whitespace collapsed
     source = "..."          cited: the paper and its section, table or theorem
 
 `tests/test_reproducible.py` holds the ledger to the notebooks (every text is in its .md, every check
@@ -28,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = ROOT / "book" / "claims"
 NOTEBOOKS = ROOT / "notebooks"
 IGNORE = "nbval-ignore-output"
-KINDS = ("computed", "figure", "cited")
+KINDS = ("computed", "figure", "cited", "setting")
 
 
 def flat(text):
@@ -101,6 +103,12 @@ def compared_lines(nb):
             if output.get("name") == "stdout":
                 lines += [flat(line) for line in source({"source": output.get("text", "")}).splitlines() if line.strip()]
     return lines
+
+
+def code(md):
+    """The notebook's code, every code cell's source whitespace collapsed, one string per cell: what a
+    `setting` entry's checks are found in."""
+    return [flat(source(cell)) for cell in cells(md) if cell.get("cell_type") == "code"]
 
 
 def slug(heading):
@@ -242,6 +250,8 @@ def status(entry, printed, where):
         return "cited" if entry["source"] else "no source"
     if not entry["check"]:
         return "no check"
+    if entry["kind"] == "setting":
+        return "set in code"
     missing = [c for c in entry["check"] if not any(c in line for line in printed)]
     return "checked" if not missing else "check missing from the outputs"
 
@@ -284,6 +294,8 @@ def page(root=ROOT, title="What this chapter claims, and where it checks it"):
                 where_text = f"[{place.get('section') or heading}]({link}), {place.get('what', '?')}"
             if entry["kind"] == "cited":
                 evidence = entry["source"]
+            elif entry["kind"] == "setting":
+                evidence = "the code: " + "; ".join(f"`{c.replace('`', '')}`" for c in entry["check"])
             else:
                 evidence = "; ".join(f"`{c.replace('`', '')}`" for c in entry["check"])
             lines += [f"* - {_cell(entry['text'])}", f"  - {_cell(where_text)}", f"  - {entry['kind']}",
