@@ -8,10 +8,13 @@ entry is a `[[claim]]` table:
                             solution), whitespace collapsed
     kind   = "computed"     computed (an output proves it) | figure (what a figure shows; an output proves
                             it) | cited (a paper says so) | setting (how an experiment is set up: the
-                            seed, the learning rate, the steps; the code that sets it proves it)
+                            seed, the learning rate, the steps; the code that sets it proves it) |
+                            timed (what a timing shows: times vary, so its lines are not compared; the
+                            stored report prints them and tests/test_timings.py holds it to the protocol)
     check  = ["..."]        computed and figure: substrings of compared output lines (stdout of cells not
                             tagged nbval-ignore-output), each within one line, whitespace collapsed
                             setting: substrings of the notebook's code, whitespace collapsed
+                            timed: substrings of stored output lines (compared or not)
     source = "..."          cited: the paper and its section, table or theorem
 
 `tests/test_reproducible.py` holds the ledger to the notebooks (every text is in its .md, every check
@@ -30,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = ROOT / "book" / "claims"
 NOTEBOOKS = ROOT / "notebooks"
 IGNORE = "nbval-ignore-output"
-KINDS = ("computed", "figure", "cited", "setting")
+KINDS = ("computed", "figure", "cited", "setting", "timed")
 
 
 def flat(text):
@@ -91,6 +94,14 @@ def figure_name(cell):
 
 def is_caption(cell):
     return cell.get("cell_type") == "markdown" and "caption" in cell.get("metadata", {}).get("tags", [])
+
+
+def output_lines(nb):
+    """Every stdout line of every code cell, compared or not, whitespace collapsed: what a `timed` entry's
+    checks are found in."""
+    return [flat(line) for cell in nb["cells"] if cell.get("cell_type") == "code" for output in cell.get("outputs", [])
+            if output.get("name") == "stdout" for line in source({"source": output.get("text", "")}).splitlines()
+            if line.strip()]
 
 
 def compared_lines(nb):
@@ -252,6 +263,8 @@ def status(entry, printed, where):
         return "no check"
     if entry["kind"] == "setting":
         return "set in code"
+    if entry["kind"] == "timed":
+        return "timed"
     missing = [c for c in entry["check"] if not any(c in line for line in printed)]
     return "checked" if not missing else "check missing from the outputs"
 
@@ -294,6 +307,8 @@ def page(root=ROOT, title="What this chapter claims, and where it checks it"):
                 where_text = f"[{place.get('section') or heading}]({link}), {place.get('what', '?')}"
             if entry["kind"] == "cited":
                 evidence = entry["source"]
+            elif entry["kind"] == "timed":
+                evidence = "the stored timing report: " + "; ".join(f"`{c.replace('`', '')}`" for c in entry["check"])
             elif entry["kind"] == "setting":
                 evidence = "the code: " + "; ".join(f"`{c.replace('`', '')}`" for c in entry["check"])
             else:

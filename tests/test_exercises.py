@@ -1294,3 +1294,31 @@ def test_appendix_has_two_or_three_exercises_laid_out_as_the_sections():
     pairs = [(number, hidden(cell)) for number, _, cell in _appendix_cells()]
     assert pairs[0::2] == [(n, False) for n, _ in pairs[0::2]] and pairs[1::2] == [(n, True) for n, _ in pairs[0::2]]
     assert {n for n in EXERCISES if n.startswith("9.A.")} == {n for n, _ in pairs}
+
+
+# The fresh-eyes student review after the merge: three answers the checkers judged wrongly.
+def test_9_2_2_a_threshold_on_the_gradient_is_rejected():
+    def reach(layer, T=64, d=4):                          # treats a gradient below 1e-4 as no dependence
+        x = torch.randn(1, T, d, requires_grad=True)
+        g, = torch.autograd.grad(layer(x)[0, -1].sum(), x)
+        return T - 1 - int((g[0].abs().sum(-1) > 1e-4).nonzero()[0])
+    assert not any(verdict("9.2.2", reach)[0] for _ in range(5))
+
+
+def test_9_5_3_a_symmetrized_pattern_is_rejected():
+    def layers(pattern):                                  # ignores direction: a causal pattern then connects
+        p = pattern | pattern.T
+        r = p.clone()
+        for n in range(1, len(p) + 1):
+            if r.all():
+                return n
+            r = (r.float() @ p.float()) > 0
+        return math.inf
+    assert not any(verdict("9.5.3", layers)[0] for _ in range(5))
+
+
+def test_9_3_2_the_float32_complement_is_accepted():
+    def far_weight(m, T, w):                              # right, but cancels in float32
+        p = torch.softmax(-m * torch.arange(T, dtype=torch.float32), 0)
+        return 1 - p[:w + 1].sum().item()
+    assert all(verdict("9.3.2", far_weight)[0] for _ in range(20))

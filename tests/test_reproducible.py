@@ -121,11 +121,19 @@ def test_ledger_checks_are_printed_by_compared_cells(md):
 
 
 @pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
+def test_ledger_timings_are_in_the_stored_report(md):
+    printed = ledger.output_lines(nbformat.read(md.with_suffix(".ipynb"), as_version=4))
+    missing = [(e["text"][:60], c) for e in ledger.load(md.stem) if e["kind"] == "timed"
+               for c in e["check"] if not any(c in line for line in printed)]
+    assert not missing, f"{md.stem}: timing lines not in the stored outputs (claim, line):\n" + "\n".join(map(str, missing))
+
+
+@pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
 def test_ledger_settings_are_in_the_code(md):
     code = ledger.code(md)
     missing = [(e["text"][:60], c) for e in ledger.load(md.stem) if e["kind"] == "setting"
                for c in e["check"] if not any(ledger.flat(c) in cell for cell in code)]
-    assert not missing, f"{md.stem}: settings the notebook's code does not contain (claim, code):\n" + "\n".join(map(str, missing))
+    assert not missing, f"{md.stem}: settings not in the notebook's code (claim, code):\n" + "\n".join(map(str, missing))
 
 
 @pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
