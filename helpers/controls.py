@@ -127,9 +127,10 @@ class Control:
         self.labels = [label_of(v) for v in self.values]
         if len(set(self.labels)) < len(self.labels):
             raise ValueError(f"values must read differently, got {self.labels}")
-        if start is not None and start not in self.values:
+        same = [k for k, v in enumerate(self.values) if v == start and isinstance(v, bool) == isinstance(start, bool)]
+        if start is not None and not same:
             raise ValueError(f"start={start!r} is not among the values {self.labels}")
-        self.start = self.values.index(start) if start is not None else 0
+        self.start = same[0] if start is not None else 0        # True == 1, but a start of 1 is not the state True
         self.frames = [self.frame(v) for v in self.values]
         self.words = all(isinstance(v, str) for v in self.values)
         self.html = static_html(self.frames, self.labels, label, self.start, self.words)

@@ -191,6 +191,8 @@ def verdict(number, answer, seed=None, time_limit=None):
     exercise_ = EXERCISES[number]
     name = getattr(answer, "__name__", None) or "your answer"
     limit = exercise_.time_limit if time_limit is None else time_limit
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or not 0 < limit < 1e6:
+        raise ValueError(f"time_limit must be a number of seconds between 0 and 1e6, got {limit!r}")
     saved = (_now.draw, _now.case, _now.calls, _now.in_answer)
     _now.draw = Draw(int.from_bytes(os.urandom(8), "little") if seed is None else seed)
     _now.case, _now.calls, _now.in_answer = None, 0, False
@@ -231,9 +233,11 @@ def _within(seconds, run):
             if armed[0]:
                 raise _TimeUp
         previous = signal.signal(signal.SIGALRM, alarm)
-        # The alarm repeats every 0.25 s in case the answer swallows the first one (a bare ``except:``).
-        start, (outer, outer_interval) = time.monotonic(), signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
+        start, outer, outer_interval = time.monotonic(), 0.0, 0.0
         try:
+            # Armed inside the try, so that an alarm firing at once still disarms it in the finally. It repeats
+            # every 0.25 s in case the answer swallows the first one (a bare ``except:``).
+            outer, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
             return run()
         finally:
             armed[0] = False

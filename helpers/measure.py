@@ -14,7 +14,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from helpers.checks import positive_int
+from helpers.checks import positive_float, positive_int
 
 
 def _sync(device):
@@ -83,7 +83,7 @@ def peak_memory(fn, device=None):
     inside the measurement, so it counts towards the peak. Calls may nest (``fn`` may call
     ``peak_memory`` itself): each returns the peak of its own span, the outer one including the inner's.
     """
-    device = torch.device(device or "cpu")
+    device = torch.device("cpu" if device is None else device)
     if device.type == "cuda":
         return _cuda_peak(fn, device)
     if device.type != "cpu":
@@ -152,7 +152,7 @@ def peak_memories(methods, lengths, d=64, heads=1, device=None, dtype=torch.floa
     if not lengths:
         raise ValueError(f"lengths must be positive ints, got {lengths!r}")
     lengths = [positive_int(T, "every one of lengths") for T in lengths]
-    device = torch.device(device or "cpu")
+    device = torch.device("cpu" if device is None else device)
     inputs = attention_inputs(d, heads, dtype)
     g = torch.Generator(device=device).manual_seed(seed)
     results = {name: [] for name in methods}
@@ -340,7 +340,7 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
     rounds, attempts = positive_int(rounds, "rounds"), positive_int(attempts, "attempts")
     if rounds < 3:
         raise ValueError(f"rounds must be at least 3 for an IQR, got {rounds}")
-    device = torch.device(device or "cpu")
+    device = torch.device("cpu" if device is None else device)
     calls = {name: (fn, inputs) for name, fn in methods.items()}
     if reference is not None:
         ref_name, ref_fn, ref_inputs = reference
@@ -355,6 +355,9 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
     args = {(name, s): make(s, g, device) for s in sizes for name, (_, make) in calls.items()}
     with torch.no_grad():
         flops = {name: [count_flops(calls[name][0], *args[name, s]) for s in sizes] for name in names}
+    block, spread = positive_float(block, "block"), positive_float(spread, "spread")
+    if not (isinstance(margin, int | float) and not isinstance(margin, bool) and 0 <= margin < float("inf")):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
     rules = {"margin": margin, "spread": spread, "rounds": rounds}
     for attempt in range(1, attempts + 1):
         with torch.no_grad(), set_torch_threads(1):

@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from helpers.attention import causal_mask
-from helpers.checks import one_of, positive_int, tensor
+from helpers.checks import flag, one_of, positive_int, tensor
 
 
 class AdditiveAttention(nn.Module):
@@ -113,7 +113,7 @@ class Attention(nn.Module):
         if d % heads:
             raise ValueError(f"width d={d} must be divisible by heads={heads}")
         self.mha = nn.MultiheadAttention(d, heads, batch_first=True)
-        self.causal = causal
+        self.causal = flag(causal, "causal")
 
     def forward(self, x, context=None, record=None):
         c = x if context is None else context
@@ -152,6 +152,7 @@ class AddingTransformer(nn.Module):
         nn.init.normal_(self.pos.weight, std=0.02)
 
     def forward(self, x, need_weights=False):
+        flag(need_weights, "need_weights")
         if x.dim() != 3 or x.shape[1] != self.length or x.shape[2] != self.embed.in_features:
             raise ValueError(f"x must be (batch, {self.length}, {self.embed.in_features}), got {tuple(x.shape)}")
         h = torch.cat([self.readout.expand(len(x), -1, -1), self.embed(x)], dim=1) + self.pos.weight  # (B, T+1, d)
@@ -199,7 +200,7 @@ class LogitAttention(nn.Module):
             raise ValueError(f"width d={d} must be divisible by heads={heads}")
         self.heads, d_k = heads, d // heads
         self.qkv, self.out = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
-        self.q_norm = nn.LayerNorm(d_k) if qk_norm else nn.Identity()
+        self.q_norm = nn.LayerNorm(d_k) if flag(qk_norm, "qk_norm") else nn.Identity()
         self.k_norm = nn.LayerNorm(d_k) if qk_norm else nn.Identity()
 
     def forward(self, x, record=None):
@@ -280,7 +281,8 @@ def repeat_batch(g, batch=32, half=16, vocab=32):
 def train_lm(lm, lr, steps=200, vocab=32, weight_decay=0.1, warmup=20):
     """Section 9.4's recipe on the repeat task: AdamW with decay groups, warmup then cosine, clipping at 1.
 
-    Returns per step ``(loss on the predictable second half, largest attention logit or None)``.
+    Returns per step ``(loss on the predictable second half, largest attention logit or None)``: the
+    logit is recorded only by ``LogitAttention`` (``Attention`` records weights, and then it is None).
     """
     g = torch.Generator().manual_seed(1)
     opt = torch.optim.AdamW(decay_groups(lm, weight_decay), lr=lr, betas=(0.9, 0.95))
@@ -297,7 +299,8 @@ def train_lm(lm, lr, steps=200, vocab=32, weight_decay=0.1, warmup=20):
         opt.step()
         schedule.step()
         second = F.cross_entropy(logits[:, 15:].flatten(0, 1), x[:, 16:].flatten()).item()
-        history.append((second, max(largest, default=None)))
+        logits_seen = [v for v in largest if isinstance(v, float)]   # LogitAttention's floats, not weights
+        history.append((second, max(logits_seen, default=None)))
     return history
 
 
