@@ -224,7 +224,8 @@ def test_exercises_are_numbered_listed_and_collapsed(name, server, browser):
         assert all(f"#{anchor}" in listed for anchor, _ in headings), f"exercises missing from the page's contents: {listed}"
 
         # Reference solutions in code: myst-nb's hide-input toggle, closed; the checker's output shows "correct".
-        solutions = v.page.locator("main .cell.tag_hide-input")
+        # (Figure cells are collapsed too, so only the Exercises section's collapsed cells are solutions.)
+        solutions = v.page.locator("main section#exercises .cell.tag_hide-input")
         assert solutions.count() >= 3
         for k in range(solutions.count()):
             cell = solutions.nth(k)
