@@ -23,11 +23,13 @@ def attention(q, k, v, mask=None):
     Shapes: ``q (..., m, d_k)``, ``k (..., n, d_k)``, ``v (..., n, d_v)``, real floating point;
     ``mask`` broadcasts to the scores ``(..., m, n)`` without growing them -> outputs
     ``(..., m, d_v)``, weights ``(..., m, n)``. A fully masked query gets zero weights and a zero
-    output. Half-precision inputs are computed in float32 and the
-    results cast back: the scale comes before the product, so large entries do not overflow.
+    output. Half-precision inputs are computed in float32, mixed dtypes in the widest of them,
+    and the results cast back (outputs to v's dtype, weights to q's): the scale comes before the
+    product, so large entries do not overflow.
     """
     check_qkv(q, k, v)
-    wide = torch.promote_types(q.dtype, torch.float32)        # float16/bfloat16 -> float32
+    # float16/bfloat16 -> float32; mixed dtypes are computed in the widest, so float64 keeps its precision.
+    wide = torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, torch.float32))
     s = (q.to(wide) * q.shape[-1] ** -0.5) @ k.to(wide).transpose(-2, -1)   # (..., m, n) scores
     if mask is not None:
         check_mask(mask, s.shape)

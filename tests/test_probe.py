@@ -60,3 +60,12 @@ def test_train_lm_with_attention_that_records_weights_reports_no_logit():
     lm = LanguageModel(32, 32, 16, 2, 2)
     history = train_lm(lm, 1e-3, steps=2, warmup=1)
     assert all(logit is None and math.isfinite(loss) for loss, logit in history)
+
+
+def test_attention_with_mixed_dtypes_keeps_the_widest_precision():
+    from helpers.attention import attention
+
+    q, k, v = torch.randn(3, 2, 5, 8, dtype=torch.float64).unbind(0)
+    out, _ = attention(q.float(), k, v)
+    want = torch.softmax(q.float().double() @ k.mT / 8 ** 0.5, -1) @ v
+    assert out.dtype == torch.float64 and (out - want).abs().max() < 1e-12
