@@ -1,7 +1,11 @@
 """Reusable models. Each one a notebook writes out as a listing is its twin here, for another notebook or
 the race's worker processes, and the listing's notebook checks that the two compute the same."""
 
+import contextlib
+import hashlib
 import math
+import os
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -188,9 +192,11 @@ class RecurrentRegressor(nn.Module):
 class LogitAttention(nn.Module):
     """Causal self-attention with its logits written out, optional QK-norm (section 9.4's listing).
 
-    ``forward(x (B, T, d), record=None) -> (B, T, d)``; ``record``, a list the caller owns, receives the
-    largest absolute attention logit (a float). With ``qk_norm`` each head's queries and keys pass a
-    LayerNorm before their dot product.
+    ``forward(x (B, T, d), record=None, cache=None) -> (B, T, d)``; ``record``, a list the caller owns,
+    receives the largest absolute attention logit (a float). With ``qk_norm`` each head's queries and keys
+    pass a LayerNorm before their dot product. ``cache`` is section 9.5's addition, not in 9.4's listing: a
+    dict the caller owns, empty at the start, that keeps the keys and values of the tokens seen so far;
+    the new tokens come after them and attend to them as well as to each other, causally.
     """
 
     def __init__(self, d, heads, qk_norm=False):
@@ -203,13 +209,21 @@ class LogitAttention(nn.Module):
         self.q_norm = nn.LayerNorm(d_k) if flag(qk_norm, "qk_norm") else nn.Identity()
         self.k_norm = nn.LayerNorm(d_k) if qk_norm else nn.Identity()
 
-    def forward(self, x, record=None):
+    def forward(self, x, record=None, cache=None):
         B, T, d = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)   # (B, H, T, d_k)
-        s = self.q_norm(q) @ self.k_norm(k).transpose(-2, -1) / math.sqrt(d // self.heads)        # (B, H, T, T)
+        q, k = self.q_norm(q), self.k_norm(k)
+        if cache is not None and not isinstance(cache, dict):
+            raise TypeError(f"cache must be a dict (empty at the start), got {type(cache).__name__}")
+        if cache:
+            k, v = torch.cat([cache["k"], k], dim=-2), torch.cat([cache["v"], v], dim=-2)
+        if cache is not None:
+            cache["k"], cache["v"] = k, v
+        n = k.shape[-2]                                                                           # past + T keys
+        s = q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)                                  # (B, H, T, n)
         if record is not None:
             record.append(s.detach().abs().max().item())
-        w = s.masked_fill(causal_mask(T, device=x.device), float("-inf")).softmax(-1)
+        w = s.masked_fill(causal_mask(n, device=x.device)[n - T:], float("-inf")).softmax(-1)   # the last T rows
         return self.out((w @ v).transpose(1, 2).reshape(B, T, d))
 
 
@@ -229,8 +243,10 @@ def init_gpt2(model, layers):
 class LanguageModel(nn.Module):
     """A decoder-only language model initialized as GPT-2 and nanoGPT are (section 9.4's listing).
 
-    ``forward(idx (B, T) token ids, **kw) -> (B, T, vocab)`` next-token logits; ``kw`` (e.g. ``record``)
-    reaches every block's attention. Token and learned position embeddings, ``layers`` ``PreNormBlock``s
+    ``forward(idx (B, T) token ids, caches=None, **kw) -> (B, T, vocab)`` next-token logits; ``kw`` (e.g.
+    ``record``) reaches every block's attention. ``caches`` (section 9.5's addition, with ``LogitAttention``
+    only) is one dict per block, empty at the start: ``idx`` then continues the tokens already cached, at the
+    positions after them. Token and learned position embeddings, ``layers`` ``PreNormBlock``s
     with ``attention()`` (default: causal ``Attention(d, heads)``), a final LayerNorm, and an output layer
     tied to the token embedding. Every weight matrix and embedding starts as N(0, 0.02), biases at 0, and
     the two projections that write into the residual stream in each block (the attention's output layer,
@@ -247,12 +263,20 @@ class LanguageModel(nn.Module):
         self.head.weight = self.tok.weight                        # weight tying
         init_gpt2(self, layers)
 
-    def forward(self, idx, **kw):
-        if idx.dim() != 2 or idx.shape[1] > self.pos.num_embeddings:
-            raise ValueError(f"idx must be (batch, T) with T <= {self.pos.num_embeddings}, got {tuple(idx.shape)}")
-        x = self.tok(idx) + self.pos.weight[: idx.shape[1]]
-        for block in self.blocks:
-            x = block(x, **kw)
+    def forward(self, idx, caches=None, **kw):
+        past = 0
+        if caches is not None:
+            if not isinstance(caches, (list, tuple)) or len(caches) != len(self.blocks):
+                raise ValueError(f"caches must be a list of {len(self.blocks)} dicts, one per block")
+            if not all(isinstance(b.attn, LogitAttention) for b in self.blocks):
+                raise TypeError("caches need LogitAttention in every block (it keeps a key-value cache)")
+            past = caches[0]["k"].shape[-2] if caches[0] else 0                  # tokens already cached
+        if idx.dim() != 2 or past + idx.shape[1] > self.pos.num_embeddings:
+            raise ValueError(f"idx must be (batch, T) with T <= {self.pos.num_embeddings - past} "
+                             f"({past} tokens cached), got {tuple(idx.shape)}")
+        x = self.tok(idx) + self.pos.weight[past: past + idx.shape[1]]
+        for i, block in enumerate(self.blocks):
+            x = block(x, **kw) if caches is None else block(x, cache=caches[i], **kw)
         return self.head(self.norm(x))
 
 
@@ -308,11 +332,38 @@ def copy_lm():
     """Section 9.4's language model, built and trained as there: ``(model in eval mode, history)``.
 
     Two blocks of width 64 with 4 heads (``LogitAttention`` without QK-norm), vocabulary 32, context 32,
-    trained by ``train_lm`` for 200 steps at a peak learning rate of 1e-2 on ``repeat_batch`` sequences
-    (a few seconds): given 16 tokens, it continues by repeating them. The weights are 9.4's on the same
-    machine and thread count.
+    trained by ``train_lm`` for 200 steps at a peak learning rate of 1e-2 on ``repeat_batch`` sequences:
+    given 16 tokens, it continues by repeating them. Training takes a few seconds, so the weights that 9.4
+    trained, or an earlier call, are kept by ``keep_copy_lm`` in the user's cache folder and loaded from
+    there; a kept file made by other code (another version of this module or of torch) is not used.
     """
     torch.manual_seed(0)
     lm = LanguageModel(32, 32, 64, heads=4, layers=2, attention=lambda: LogitAttention(64, 4))
-    history = train_lm(lm, lr=1e-2)
+    try:
+        kept = torch.load(_kept_path(), weights_only=True)
+        lm.load_state_dict(kept["model"])
+        history = [tuple(h) for h in kept["history"]]
+    except Exception:                      # absent, unreadable or from other code: train it again and keep it
+        history = train_lm(lm, lr=1e-2)
+        keep_copy_lm(lm, history)
     return lm.eval(), history
+
+
+def keep_copy_lm(lm, history):
+    """Keep section 9.4's trained model for ``copy_lm``: written whole, or (when the disk refuses) not at all."""
+    path = _kept_path()
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"model": lm.state_dict(), "history": [list(h) for h in history]}, tmp)
+        os.replace(tmp, path)
+    except OSError:                       # a read-only or full disk: copy_lm trains again next time, no more
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+def _kept_path():
+    """The kept model's file, named by a digest of this module's source and torch's version."""
+    key = hashlib.sha256(Path(__file__).read_bytes() + torch.__version__.encode()).hexdigest()[:16]
+    home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(home) / "attention-book" / f"copy-lm-{key}.pt"

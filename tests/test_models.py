@@ -12,7 +12,9 @@ from helpers.models import (
     LogitAttention,
     PreNormBlock,
     RecurrentRegressor,
+    copy_lm,
     decay_groups,
+    keep_copy_lm,
     repeat_batch,
     train_lm,
 )
@@ -111,6 +113,50 @@ def test_language_model_is_initialized_as_gpt2_and_tied():
     assert abs(loss.item() - math.log(50)) < 0.1               # about a uniform guess at the start
     with pytest.raises(ValueError, match="T <= 16"):
         lm(torch.zeros(1, 17, dtype=torch.long))
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_the_cached_language_model_gives_the_logits_of_the_whole_sequence(qk_norm):
+    torch.manual_seed(0)
+    lm = LanguageModel(20, 12, 32, heads=4, layers=2, attention=lambda: LogitAttention(32, 4, qk_norm)).eval()
+    idx = torch.randint(20, (3, 12))
+    caches = [{} for _ in lm.blocks]
+    with torch.no_grad():                   # a prompt of 5, one token, then a chunk of 6 after the cached 6
+        parts = [lm(idx[:, :5], caches), lm(idx[:, 5:6], caches), lm(idx[:, 6:], caches)]
+        torch.testing.assert_close(torch.cat(parts, 1), lm(idx), atol=1e-5, rtol=1e-5)
+    assert caches[1]["k"].shape == (3, 4, 12, 8)
+    with pytest.raises(ValueError, match=r"T <= 0 \(12 tokens cached\)"):
+        lm(idx[:, :1], caches)              # no position left after the cached 12
+    with pytest.raises(ValueError, match="list of 2 dicts"):
+        lm(idx, [{}])
+    with pytest.raises(TypeError, match="cache must be a dict"):
+        lm(idx, [{}, []])
+    with pytest.raises(TypeError, match="need LogitAttention"):
+        LanguageModel(20, 12, 32, heads=4, layers=1)(idx, [{}])
+
+
+def test_copy_lm_keeps_the_trained_model_and_trains_again_without_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls = []
+    monkeypatch.setattr("helpers.models.train_lm", lambda lm, lr: calls.append(lr) or [(0.5, 1.0)] * 3)
+    lm, history = copy_lm()                 # nothing kept: trains (here a stand-in) and keeps the result
+    assert calls == [1e-2] and history == [(0.5, 1.0)] * 3 and not lm.training
+    (kept,) = (tmp_path / "attention-book").glob("copy-lm-*.pt")
+    with torch.no_grad():
+        lm.tok.weight.add_(1.0)
+    keep_copy_lm(lm, [(0.25, None)])        # what section 9.4 does with the model it trained
+    again, history = copy_lm()
+    assert calls == [1e-2] and history == [(0.25, None)] and torch.equal(again.tok.weight, lm.tok.weight)
+    kept.write_bytes(b"not a model")        # unreadable: trained again, and kept again
+    copy_lm()
+    assert calls == [1e-2, 1e-2] and not list(tmp_path.glob("attention-book/*.tmp"))
+
+
+def test_keep_copy_lm_leaves_nothing_behind_on_a_refused_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+    (tmp_path / "file").write_text("a file where the folder should be")
+    keep_copy_lm(LanguageModel(20, 12, 32, heads=4, layers=1), [])     # refused quietly
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
 def test_decay_groups_decay_only_the_weight_matrices():
