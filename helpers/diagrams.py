@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap, to_rgb
+from matplotlib.legend_handler import HandlerTuple
 from matplotlib.patches import FancyBboxPatch
 
 from helpers.checks import floating, positive_int, tensor
@@ -131,13 +132,15 @@ def cost_crossover(lengths, counts, d):
     T = np.asarray(lengths, dtype=float)
     left.plot(T, 24 * T * d**2, color=PALETTE["blue"], label="$24Td^2$ (projections, MLP)")
     left.plot(T, 4 * T**2 * d, color=PALETTE["vermillion"], label="$4T^2d$ (scores, weighted sum)")
-    left.plot(T, [lin for lin, _ in counts[d]], "o", ms=4, color=PALETTE["blue"])
-    left.plot([], [], "o", ms=4, color="gray", label="counted by FlopCounterMode")
-    left.plot(T, [att for _, att in counts[d]], "s", ms=4, color=PALETTE["vermillion"])
+    (counted_linear,) = left.plot(T, [lin for lin, _ in counts[d]], "o", ms=4, color=PALETTE["blue"])
+    (counted_attention,) = left.plot(T, [att for _, att in counts[d]], "s", ms=4, color=PALETTE["vermillion"])
     left.axvline(6 * d, color="gray", ls="--", lw=1)
     left.text(6 * d * 1.15, 24 * 6 * d**3 / 4, "$T = 6d$", color="gray")
     left.set(xscale="log", yscale="log", xlabel="sequence length $T$", ylabel=f"FLOPs per forward pass ($d = {d}$)")
-    left.legend(loc="upper left", fontsize=8)
+    handles, labels = left.get_legend_handles_labels()
+    # One legend entry shows both markers, the circles and the squares the points are drawn with.
+    left.legend(handles + [(counted_linear, counted_attention)], labels + ["counted by FlopCounterMode"],
+                handler_map={tuple: HandlerTuple(ndivide=None)}, loc="upper left", fontsize=8)
     ratio = np.logspace(np.log10(T.min() / max(counts)) - 0.2, np.log10(T.max() / min(counts)) + 0.2, 200)
     right.plot(ratio, ratio / (ratio + 6), color="gray", lw=1, label="model $T/(T + 6d)$")
     if len(counts) > 4:

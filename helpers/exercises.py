@@ -992,8 +992,7 @@ def _(answer):
 
 # 9.6 -----------------------------------------------------------------------------------------------
 
-@exercise("9.6.1", "Your strided convolution gives the same tokens, in the same raster order, as the linear map of "
-                   "flattened patches.")
+@exercise("9.6.1", "Your tokens match the linear map of flattened patches, in the same raster order.")
 def _(answer):
     r = fresh()
     hidden = []
@@ -1016,21 +1015,21 @@ def _(answer):
         ], hint="F.conv2d(img[None], W_lin.view(d, C, P, P), b, stride=P), then flatten the grid into rows.")
 
 
-@exercise("9.6.2", "Your index gives every pair of tokens in the window its own entry for each relative offset, "
-                   "and equal offsets the same entry.")
+@exercise("9.6.2", "Your index gives each relative offset its own entry of the table, and pairs of tokens with equal "
+                   "offsets the same entry.")
 def _(answer):
     r = fresh()
-    for case, w in cases([2, 3, 7], [r.integer(1, 9) for _ in range(2)], lambda w: f"window {w} x {w}"):
-        y, x = torch.div(torch.arange(w * w), w, rounding_mode="floor"), torch.arange(w * w) % w
+    for case, M in cases([2, 3, 7], [r.integer(1, 9) for _ in range(2)], lambda M: f"window {M} x {M}"):
+        y, x = torch.div(torch.arange(M * M), M, rounding_mode="floor"), torch.arange(M * M) % M
         dy, dx = y[:, None] - y[None, :], x[:, None] - x[None, :]          # query minus key
-        want = (dy + w - 1) * (2 * w - 1) + (dx + w - 1)
-        compare(call(answer, w, case=case), want, case, what="index", mistakes=[
-            (dy * (2 * w - 1) + dx, "Shift the offsets by w - 1 so that they start at 0: an index cannot be negative."),
-            ((dy + w - 1) * w + (dx + w - 1), "Each row offset has 2w - 1 column offsets: multiply by 2w - 1, not w, "
+        want = (dy + M - 1) * (2 * M - 1) + (dx + M - 1)
+        compare(call(answer, M, case=case), want, case, what="index", mistakes=[
+            (dy * (2 * M - 1) + dx, "Shift the offsets by M - 1 so that they start at 0: an index cannot be negative."),
+            ((dy + M - 1) * M + (dx + M - 1), "Each row offset has 2M - 1 column offsets: multiply by 2M - 1, not M, "
                                                 "or different offsets share an entry."),
             (want.T, "Offsets are the query's position minus the key's: yours are the key's minus the query's."),
-            ((dx + w - 1) * (2 * w - 1) + (dy + w - 1), "Rows first: the index is (dy + w - 1)(2w - 1) + (dx + w - 1)."),
-        ], hint="index[a, b] = (dy + w - 1)(2w - 1) + (dx + w - 1), dy and dx query minus key.")
+            ((dx + M - 1) * (2 * M - 1) + (dy + M - 1), "Rows first: the index is (dy + M - 1)(2M - 1) + (dx + M - 1)."),
+        ], hint="index[a, b] = (dy + M - 1)(2M - 1) + (dx + M - 1), dy and dx query minus key.")
 
 
 @exercise("9.6.3", "Your resized table keeps the class token and interpolates the grid of patch positions.")
@@ -1269,14 +1268,22 @@ def _advantage(m, T, delta, others=True, penalty=True):
 @exercise("9.3.1", "Your advantage gives the far key exactly half of the last query's weight, for steep and shallow "
                    "heads, short and long sequences.")
 def _(answer):
-    g = _fresh()
-    for k in range(1, 5):
-        m = 2.0 ** -_pick(g, (1, 2, 4, 6, 8))
-        T = _pick(g, (16, 100, 1024, 4096))
-        delta = int(torch.randint(1, T, (1,), generator=g))
-        case = f"case {k} of 4 (slope {m:g}, T = {T}, a key {delta} back)"
+    r = fresh()
+    # Shown: the steepest and the shallowest head of the section, short and long sequences, near and far keys
+    # (the last one the farthest key there is), none of them a case the solution prints. Hidden: any slope,
+    # length and key.
+    shown = [(2.0 ** -1, 16, 3), (2.0 ** -8, 4096, 3000), (2.0 ** -4, 1024, 64), (2.0 ** -6, 100, 99)]
+    hidden = []
+    for _ in range(3):
+        T = r.integer(8, 5000)
+        hidden.append((r.log_uniform(2 ** -9, 1.0), T, r.integer(1, T - 1)))
+
+    def describe(m, T, delta):
+        slope = f"1/{1 / m:.0f}" if (1 / m).is_integer() else f"{m:.4g}"
+        return f"slope {slope}, T = {T}, a key {delta} back"
+    for case, (m, T, delta) in cases(shown, hidden, describe):
         want = _advantage(m, T, delta)
-        got = _real(call(answer, m, T, delta), case, "advantage")
+        got = _real(call(answer, m, T, delta, case=case), case, "advantage")
         compare_number(got, want, case, what="advantage", mistakes=[
             (_advantage(m, T, delta, others=False), "The other T - 1 keys compete: half the weight means "
                                                      "exp(b - m delta) equals the sum of their weights."),

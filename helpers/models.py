@@ -16,7 +16,8 @@ from helpers.checks import flag, one_of, positive_int, tensor
 
 
 class AdditiveAttention(nn.Module):
-    """Bahdanau's score ``e_ti = w^T tanh(W s + U h_i)``: section 9.1's listing, which checks they are equal.
+    """Bahdanau's score with a bias, ``e_ti = w^T tanh(W s + U h_i + b)`` (his equation has no ``b``): section
+    9.1's listing, which checks they are equal.
 
     ``forward(s (B, d_s), h (B, n, d_h)) -> (context (B, d_h), weights (B, n))``.
     """

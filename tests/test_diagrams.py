@@ -3,6 +3,7 @@
 import matplotlib.pyplot as plt
 import pytest
 import torch
+from matplotlib.lines import Line2D
 
 from helpers import diagrams
 from helpers.attention import causal_mask
@@ -105,6 +106,10 @@ def test_cost_crossover_draws_the_counts_against_the_model():
             assert list(line.get_ydata()) == pytest.approx(list(ratio / (ratio + 6)))
         assert left.get_yscale() == "log" and right.get_ylabel() == "attention share of FLOPs"
         assert any("counted" in t.get_text() for t in left.get_legend().get_texts())
+        # The legend's "counted" entry shows the markers the points are drawn with, circles and squares.
+        legend_marks = {(line.get_marker(), line.get_color()) for line in left.get_legend().findobj(Line2D)}
+        drawn_marks = {(line.get_marker(), line.get_color()) for line in left.lines[2:4]}
+        assert {m for m, _ in drawn_marks} == {"o", "s"} and drawn_marks <= legend_marks
     finally:
         plt.close(fig)
     with pytest.raises(ValueError, match="no counts for the width d = 16"):

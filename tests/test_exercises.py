@@ -243,7 +243,7 @@ WRONG = {
     ],
     "9.6.2": [
         (lambda w: _relative(w, shift=False), "cannot be negative"),
-        (lambda w: _relative(w, stride=w), "multiply by 2w - 1, not w"),
+        (lambda w: _relative(w, stride=w), "multiply by 2M - 1, not M"),
         (lambda w: _relative(w, key_minus_query=True), "the key's minus the query's"),
     ],
     "9.6.3": [
@@ -1242,9 +1242,35 @@ def test_new_exercises_accept_correct_answers_written_differently(number):
 
 def test_new_exercises_draw_fresh_cases():
     """Two checks of the same wrong answer fail on different cases: nothing to learn from the messages."""
-    for number, (answer, _) in ((n, NEW_WRONG[n][0]) for n in ("9.2.2", "9.3.1", "9.5.3")):
+    for number, (answer, _) in ((n, NEW_WRONG[n][0]) for n in ("9.2.2", "9.5.3")):
         seen = {verdict(number, answer)[1] for _ in range(8)}
         assert len(seen) > 1, f"{number} showed the same case every time: {seen}"
+
+
+def test_9_3_1_shows_what_its_message_claims_and_hides_fresh_cases():
+    """Review 9.3 (B3): the message says "steep and shallow heads, short and long sequences", so every check
+    shows the steepest and the shallowest head and T = 16 and 4,096; the hidden cases after them are new each
+    time, and a table harvested from the messages never passes."""
+    seen = []
+
+    def spy(m, T, delta):
+        seen.append((m, T, delta))
+        return exercises._advantage(m, T, delta)
+    runs = []
+    for _ in range(2):
+        seen.clear()
+        ok, message = verdict("9.3.1", spy)
+        assert ok, message
+        runs.append(list(seen))
+    first, second = runs
+    assert first[:4] == second[:4] and len(first) > 4, "the shown cases are the same at every check"
+    assert {0.5, 2.0 ** -8} <= {m for m, _, _ in first[:4]} and {16, 4096} <= {T for _, T, _ in first[:4]}
+    assert set(first[4:]).isdisjoint(second[4:]), "the hidden ones are new"
+    answer, learn = _harvester(float)
+    for _ in range(8):
+        ok, message = verdict("9.3.1", answer)
+        assert ok is False, "9.3.1: a lookup table passed after harvesting the messages"
+        learn(message)
 
 
 APPENDIX = ROOT / "notebooks" / "9.A-appendices.md"
