@@ -20,11 +20,14 @@ def tiled_attention(q, k, v, tile, mask=None, is_causal=False):
     refused, as in ``helpers.attention``). ``mask`` is boolean and broadcasts to the scores
     ``(..., m, n)`` without growing them, True where a query may *not* see a key (as in
     ``helpers.attention``). ``is_causal`` hides key ``j > i`` from query ``i`` (aligned top-left, as
-    ``F.scaled_dot_product_attention``) without building a mask, and skips the blocks that lie wholly
-    in the future. A query that sees no key at all (a fully masked row, or no keys) gets zeros, as in
-    ``helpers.attention.attention`` and SDPA. The running maximum, normalizer and weighted sum are
-    kept in float32 (or wider) whatever the input's dtype, and only the result is cast back: summed
-    over thousands of keys in bfloat16 they would lose digits.
+    ``F.scaled_dot_product_attention``) without building a mask: every block's scores are computed
+    and its future keys masked. Only the blocks after the last query (keys ``j >= m``, hidden from
+    every query) are skipped, so in self-attention (``m == n``) none is: unlike FlashAttention-2, it
+    does not skip the blocks that lie wholly in a block of queries' future. A query that sees no key
+    at all (a fully masked row, or no keys) gets zeros, as in ``helpers.attention.attention`` and SDPA.
+    The running maximum, normalizer and weighted sum are kept in float32 (or wider) whatever the
+    input's dtype, and only the result is cast back: summed over thousands of keys in bfloat16 they
+    would lose digits.
     """
     tile = positive_int(tile, "tile")
     is_causal = flag(is_causal, "is_causal")

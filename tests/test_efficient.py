@@ -4,6 +4,7 @@ import torch.nn.functional as F
 
 from helpers.attention import attention, causal_mask, padding_mask
 from helpers.efficient import naive_attention, tiled_attention
+from helpers.measure import count_flops
 
 
 def qkv(*shape, seed=0, n=None):
@@ -32,6 +33,19 @@ def test_tiled_with_padding_mask_and_cross_attention(tile):
     q, k, v = qkv(2, 5, 8, seed=2, n=40)
     mask = padding_mask([13, 40], 40)                       # (2, 1, 40): broadcasts over the queries
     assert torch.allclose(tiled_attention(q, k, v, tile, mask=mask), attention(q, k, v, mask)[0])
+
+
+def test_causal_tiled_skips_only_the_keys_after_the_last_query():
+    """What the docstring says: in self-attention every block's scores are computed (and masked), the
+    same matrix products as without the flag; with more keys than queries the blocks after the last
+    query are skipped."""
+    def flops(q, k, v, causal):
+        return count_flops(lambda q, k, v: tiled_attention(q, k, v, 4, is_causal=causal), q, k, v)
+
+    q, k, v = qkv(1, 16, 8, seed=5)
+    assert flops(q, k, v, True) == flops(q, k, v, False) == 4 * 16 * 16 * 8
+    q, k, v = qkv(1, 8, 8, seed=6, n=32)
+    assert flops(q, k, v, True) == 4 * 8 * 8 * 8 < flops(q, k, v, False)
 
 
 def test_tiled_causal_with_fewer_keys_than_queries():
