@@ -32,7 +32,8 @@ def pytest_collectstart(collector):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """After `make guarantees`: the hardware matrix, one row per setting."""
+    """After `make guarantees`: the hardware matrix, one row per setting, and the execution report of
+    the run on this CPU's own kernels (what `make bench` prints, from a run CI makes anyway)."""
     chapter = sys.modules.get("chapter")
     if not chapter or not chapter.RESULTS:
         return
@@ -41,5 +42,12 @@ def pytest_terminal_summary(terminalreporter):
     write(f"{'setting':58} {'notebooks passed':>16} {'seconds':>8}")
     for setting in dict.fromkeys(s for s, *_ in chapter.RESULTS):
         rows = [r for r in chapter.RESULTS if r[0] == setting]
-        passed, seconds = sum(r[2] for r in rows), sum(r[3] for r in rows)
+        passed, seconds = sum(r[2] for r in rows), sum(r[3].seconds for r in rows)
         write(f"{setting:58} {f'{passed} of {len(rows)}':>16} {seconds:8.1f}")
+    own = [(stem, run) for setting, stem, _, run in chapter.RESULTS if setting.startswith("this CPU's own")]
+    if len(own) == len(chapter.NOTEBOOKS):
+        import bench
+        _, floor, mib, _ = bench.startup_cost()
+        write("")
+        write("execution report (make bench), from the run on this CPU's own kernels:")
+        bench.report(own, floor, mib, write=write)

@@ -14,13 +14,21 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 from nbval.plugin import coalesce_streams, find_comment_markers, find_metadata_tags
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-RESULTS = []  # (setting, notebook, passed, seconds) of each execution by tests/test_chapter.py
+RESULTS = []  # the Run of each execution by tests/test_chapter.py, as (setting, notebook stem, passed, run)
+
+
+class Run(NamedTuple):
+    nb: object          # the executed notebook (without the cell ``after``)
+    seconds: float      # the notebook's cells, not counting ``after``
+    mib: float          # peak memory of the kernel's process tree
+    after: str          # what the cell ``after`` printed ("" without one)
 COMPARED = ("text/plain", "text/html", "text/markdown", "text/latex", "image/svg+xml", "application/json")
 
 
@@ -54,13 +62,15 @@ def offline_prefix():
     return ["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$@"', "offline"] if probe.returncode == 0 else None
 
 
-def execute(path, threads=None, offline=False, timeout=600, variables=None):
-    """Execute notebook ``path`` in a fresh kernel; return ``(notebook, seconds, peak MiB)``.
+def execute(path, threads=None, offline=False, timeout=600, variables=None, after=None):
+    """Execute notebook ``path`` in a fresh kernel; return a ``Run`` (notebook, seconds, peak MiB, after).
 
     ``threads=1`` runs with ``OMP_NUM_THREADS=1`` and ``torch.set_num_threads(1)``. ``offline=True``
     runs it in a network namespace that has only loopback (or, where the kernel does not allow
     that, with a socket guard that refuses every address but loopback). ``variables`` are set in the
-    kernel's environment: ``{"ATEN_CPU_CAPABILITY": "default"}`` simulates a CPU without AVX.
+    kernel's environment: ``{"ATEN_CPU_CAPABILITY": "default"}`` simulates a CPU without AVX. ``after``,
+    code, runs in the same kernel once the notebook has run (not timed, not in the returned notebook);
+    its stdout is returned, so one execution serves a check that needs the kernel Run All left.
     """
     env = dict(os.environ) | dict(variables or {})
     # Figures go to a scratch folder: a re-execution must not rewrite the committed ones. It is made
@@ -70,7 +80,7 @@ def execute(path, threads=None, offline=False, timeout=600, variables=None):
         env["BOOK_FIGURES"] = scratch
     if threads is not None:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
-    command = [sys.executable, __file__, str(path), str(threads or 0), str(timeout)]
+    command = [sys.executable, __file__, str(path), str(threads or 0), str(timeout), json.dumps(after)]
     if offline:
         prefix = offline_prefix()
         command = [*prefix, *command] if prefix else [*command, "guard"]
@@ -82,7 +92,7 @@ def execute(path, threads=None, offline=False, timeout=600, variables=None):
     if done.returncode != 0:
         raise RuntimeError(f"executing {Path(path).name} failed:\n{done.stderr[-4000:]}")
     report = json.loads(done.stdout.splitlines()[-1])
-    return nbformat.reads(report["notebook"], as_version=4), report["seconds"], report["peak_mib"]
+    return Run(nbformat.reads(report["notebook"], as_version=4), report["seconds"], report["peak_mib"], report["after"])
 
 
 # Run first in the kernel where unshare is unavailable: refuse every connection but loopback.
@@ -98,7 +108,7 @@ _socket.socket.connect = _loopback_only
 """
 
 
-def _child(path, threads, timeout, guard):
+def _child(path, threads, timeout, after, guard):
     """In the child process: execute the notebook, sampling the memory of the kernel's process tree."""
     import psutil
     from nbclient import NotebookClient
@@ -125,14 +135,30 @@ def _child(path, threads, timeout, guard):
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(Path(path).parent)}})
+    printed = ""
+    # NotebookClient.execute, written out so that a cell can run after the notebook in the same kernel.
     start = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(Path(path).parent)}}).execute()
-    seconds = time.perf_counter() - start
-    running[0] = False
+    client.reset_execution_trackers()
+    with client.setup_kernel():
+        info = client.wait_for_reply(client.kc.kernel_info())
+        nb.metadata["language_info"] = info["content"]["language_info"]
+        for i, cell in enumerate(nb.cells):
+            client.execute_cell(cell, i, execution_count=client.code_cells_executed + 1)
+        client.set_widgets_metadata()
+        seconds = time.perf_counter() - start
+        running[0] = False
+        if after is not None:
+            probe = nbformat.v4.new_code_cell(after)
+            nb.cells.append(probe)
+            client.execute_cell(probe, len(nb.cells) - 1)
+            nb.cells.pop()
+            printed = "".join(o.get("text", "") for o in probe.outputs if o.output_type == "stream" and o.name == "stdout")
     sampler.join()
     nb.cells = nb.cells[len(setup):]
-    print(json.dumps({"notebook": nbformat.writes(nb), "seconds": seconds, "peak_mib": peak[0] / 2**20}))
+    print(json.dumps({"notebook": nbformat.writes(nb), "seconds": seconds, "peak_mib": peak[0] / 2**20, "after": printed}))
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), len(sys.argv) > 4)
+    _child(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), len(sys.argv) > 5)

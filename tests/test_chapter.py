@@ -6,9 +6,19 @@
   (`ATEN_CPU_CAPABILITY=default`) and to AVX2, MKL's vendor-neutral code path
   (`MKL_CBWR=COMPATIBLE`), this CPU's own kernels, one and two threads.
 - Offline: every notebook executes with no network but loopback (the run on this CPU's own kernels).
+- Controls after Run All (issue 19): in that same run, once the notebook has run top to bottom, every
+  control is moved through every state through its live path (the widget's redraw, as a reader's slider
+  would) in the same kernel, and each frame must be the one drawn when the control's cell ran: same code,
+  same process, same thread count, so the image bytes are compared exactly. A control whose `draw` read a
+  notebook global that a later cell rebinds fails here, by drawing something else or raising.
+- The execution report (`make bench`'s) is printed from that run too, so CI executes the chapter once
+  less.
 
 The table of settings, notebooks passed and seconds is printed at the end of the run (conftest.py).
 """
+
+import json
+import re
 
 import nbformat
 import pytest
@@ -22,6 +32,13 @@ SETTINGS = {
         variables={"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}, threads=2),
     "this CPU's own kernels, offline": dict(offline=True),
 }
+OWN = "this CPU's own kernels, offline"            # the run that also turns the controls and times the chapter
+CALL = re.compile(r"^control\(", re.M)
+PROBE = """
+import json
+from helpers.controls import CONTROLS, redraw_all
+print(json.dumps({"controls": [c.label for c in CONTROLS], "differ": redraw_all()}))
+"""
 
 
 def differences(a, b):
@@ -32,12 +49,25 @@ def differences(a, b):
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_same_outputs_on_any_machine(setting, path):
     stored = nbformat.read(path, as_version=4)
-    executed, seconds, _ = execute(path, **SETTINGS[setting])
-    changed = differences(comparable(stored), comparable(executed))
-    RESULTS.append((setting, path.stem, not changed, seconds))
     code = [c for c in stored.cells if c.cell_type == "code"]
-    assert changed == [], f"code cells whose outputs differ under {setting}:\n" + "\n\n".join(
-        code[i].source for i in changed)
+    calls = sum(len(CALL.findall(c.source)) for c in code)
+    run = execute(path, **SETTINGS[setting], after=PROBE if setting == OWN and calls else None)
+    changed = differences(comparable(stored), comparable(run.nb))
+    RESULTS.append((setting, path.stem, not changed, run))
+    problems = [f"code cells whose outputs differ under {setting}:\n" + "\n\n".join(code[i].source for i in changed)
+                ] if changed else []
+    if setting == OWN and calls:
+        report = json.loads(run.after.strip().splitlines()[-1])
+        if len(report["controls"]) != calls:
+            problems.append(f"{calls} control cells, but the kernel made {report['controls']}")
+        if report["differ"]:
+            problems.append(f"controls whose states do not redraw as drawn after Run All: {report['differ']}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_chapter_has_controls():
+    assert sum(bool(CALL.search(c.source)) for p in NOTEBOOKS for c in nbformat.read(p, as_version=4).cells
+               if c.cell_type == "code") >= 8
 
 
 def test_offline_means_no_network(tmp_path):
@@ -53,5 +83,4 @@ def test_offline_means_no_network(tmp_path):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     path = tmp_path / "probe.ipynb"
     nbformat.write(nb, path)
-    executed, _, _ = execute(path, offline=True)
-    assert comparable(executed) == [["refused\n"]], f"unshare available: {offline_prefix() is not None}"
+    assert comparable(execute(path, offline=True).nb) == [["refused\n"]], f"unshare available: {offline_prefix() is not None}"
