@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 
 _scratch = None
 
@@ -33,21 +34,24 @@ def pytest_collectstart(collector):
 
 def pytest_terminal_summary(terminalreporter):
     """After `make guarantees`: the hardware matrix, one row per setting, and the execution report of
-    the run on this CPU's own kernels (what `make bench` prints, from a run CI makes anyway)."""
-    chapter = sys.modules.get("chapter")
-    if not chapter or not chapter.RESULTS:
+    the run on this CPU's own kernels (what `make bench` prints, from a run CI makes anyway). The rows come
+    from the tests' recorded properties, which pytest-xdist carries back from its workers."""
+    runs = [dict(r.user_properties)["chapter_run"] for key in ("passed", "failed")
+            for r in terminalreporter.stats.get(key, []) if r.when == "call" and "chapter_run" in dict(r.user_properties)]
+    if not runs:
         return
     write = terminalreporter.write_line
     write("")
     write(f"{'setting':58} {'notebooks passed':>16} {'seconds':>8}")
-    for setting in dict.fromkeys(s for s, *_ in chapter.RESULTS):
-        rows = [r for r in chapter.RESULTS if r[0] == setting]
-        passed, seconds = sum(r[2] for r in rows), sum(r[3].seconds for r in rows)
+    for setting in dict.fromkeys(r["setting"] for r in runs):
+        rows = [r for r in runs if r["setting"] == setting]
+        passed, seconds = sum(r["passed"] for r in rows), sum(r["row"][1] for r in rows)
         write(f"{setting:58} {f'{passed} of {len(rows)}':>16} {seconds:8.1f}")
-    own = [(stem, run) for setting, stem, _, run in chapter.RESULTS if setting.startswith("this CPU's own")]
-    if len(own) == len(chapter.NOTEBOOKS):
-        import bench
+    sys.path.insert(0, str(Path(__file__).parent / "tests"))     # the controller of pytest-xdist collects nothing
+    import bench
+    own = sorted((r["row"] for r in runs if r["setting"].startswith("this CPU's own")), key=lambda row: row[0])
+    if len(own) == len(bench.NOTEBOOKS):
         _, floor, mib, _ = bench.startup_cost()
         write("")
-        write("execution report (make bench), from the run on this CPU's own kernels:")
+        write("execution report (make bench), from the run on this CPU's own kernels (two notebooks at a time):")
         bench.report(own, floor, mib, write=write)

@@ -697,6 +697,15 @@ def _(answer):
         compare(out, want_out, case, what="outputs", hint="Your weights are right: the outputs are weights @ V.")
 
 
+def _kernel_weights(u, k, rho, h):
+    """Nadaraya-Watson weights at the point rho u (u (d,) of norm 1) over keys k (n, d), Gaussian kernel of bandwidth h.
+
+    exp(-|rho u - k_i|^2 / 2h^2), normalized: a softmax of its logarithm, since the kernel itself underflows to 0
+    for every key once |rho u - k|^2 / 2h^2 passes about 745.
+    """
+    return torch.softmax(-((rho * u - k) ** 2).sum(-1) / (2 * h ** 2), dim=0)
+
+
 @exercise("9.1.2", "Your bandwidth makes the Nadaraya-Watson weights equal to softmax(q . k) for every query norm "
                    "and key norm tried: h = sqrt(rho / r).")
 def _(answer):
@@ -704,13 +713,25 @@ def _(answer):
     hidden = [(r_.log_uniform(0.1, 100.0), r_.log_uniform(0.1, 100.0)) for _ in range(4)]
     for case, (r, rho) in cases([(9.0, 4.0), (0.25, 3.0), (100.0, 0.5), (2.0, 8.0)], hidden,
                                 lambda r, rho: f"query norm r = {r:.4g}, key norm rho = {rho:.4g}"):
-        compare_number(call(answer, r, rho, case=case), math.sqrt(rho / r), case, what="bandwidth", rtol=1e-5, mistakes=[
+        h = call(answer, r, rho, case=case)
+        compare_number(h, math.sqrt(rho / r), case, what="bandwidth", rtol=1e-5, mistakes=[
             (1 / math.sqrt(r), "The keys' norm matters too: the query point is rho u, and |rho u - k|^2 = 2 rho^2 - 2 rho u.k."),
             (rho / r, "That is h^2: take the square root."),
             (math.sqrt(r / rho), "Upside down: a longer query makes the weights sharper, so the bandwidth shrinks as r grows."),
             (rho / math.sqrt(r), "The term in u.k is rho u.k / h^2 (|k|^2 = rho^2 is the same for every key and cancels): "
                                  "h^2 = rho / r, not rho^2 / r."),
         ], hint="Expand |rho u - k|^2 / (2 h^2) and match the term in u.k with r u.k.")
+        # What the message says: the kernel weights built with the answer's h are attention's weights, on keys
+        # of norm rho in a few dimensions.
+        n, d = r_.integer(10, 30), r_.choice([2, 3, 5, 8])
+        u = r_.randn(d)
+        u = u / u.norm()
+        k = r_.randn(n, d)
+        k = rho * k / k.norm(dim=1, keepdim=True)
+        compare(_kernel_weights(u, k, rho, float(_as_number(h, case, "bandwidth"))), torch.softmax(k @ (r * u), 0),
+                f"{case}, the Nadaraya-Watson weights at rho u with your h against softmax(q . k), over {n} keys in "
+                f"{d} dimensions", what="Nadaraya-Watson weights",
+                hint="With this h the kernel weights are not attention's: check h for this r and rho.")
 
 
 # 9.2 -----------------------------------------------------------------------------------------------
@@ -965,8 +986,11 @@ def _(answer):
         hidden.append((r.integer(1, 80), kv_heads * r.integer(1, 8), kv_heads, r.choice([32, 64, 80, 96, 128, 256]),
                        r.integer(1, 100_000), r.integer(1, 16), r.choice([1, 2, 4])))
     # The first case tells apart every mistake below but a forgotten bytes_per (1 byte per number): no two of its
-    # factors are equal and none is 2; the second tells that one apart (4 bytes, no factor 4 elsewhere).
-    shown = [(28, 40, 8, 128, 4096, 3, 1), (32, 32, 8, 128, 8192, 2, 4), (2, 8, 2, 16, 64, 1, 4), (24, 16, 1, 64, 1000, 3, 2)]
+    # factors are equal and none is 2; the second tells that one apart (4 bytes, no factor 4 elsewhere). The shown
+    # cases cover every kind the message names, whatever the hidden ones draw: grouped-query (cases 1 to 3),
+    # multi-query (case 4) and multi-head (case 5, GPT-2 medium's shape: kv_heads = heads).
+    shown = [(28, 40, 8, 128, 4096, 3, 1), (32, 32, 8, 128, 8192, 2, 4), (2, 8, 2, 16, 64, 1, 4), (24, 16, 1, 64, 1000, 3, 2),
+             (24, 16, 16, 64, 1024, 3, 4)]
 
     def describe(layers, heads, kv_heads, d_head, T, batch, nbytes):
         return (f"{layers} layers, {heads} query heads, {kv_heads} key-value head{'s' * (kv_heads > 1)} of width {d_head}, "
@@ -1206,9 +1230,8 @@ class _Window(torch.nn.Module):
         return self.mha(x, x, x, attn_mask=hidden, need_weights=False)[0]
 
 
-def _layer(g, d, T, kinds=("conv", "window", "stack", "attention", "pointwise")):
-    """A hidden layer (or stack) and how far back its last output sees."""
-    kind = _pick(g, kinds)
+def _layer(g, d, T, kind):
+    """A hidden layer (or stack) of the given kind, its sizes drawn from g, and how far back its last output sees."""
     if kind == "conv":
         k, dilation = _pick(g, (2, 3, 4, 5)), _pick(g, (1, 2, 3))
         return torch.nn.Sequential(_Conv(d, k, dilation)), max(j * dilation for j in range(k) if j * dilation < T)
@@ -1231,21 +1254,21 @@ def _layer(g, d, T, kinds=("conv", "window", "stack", "attention", "pointwise"))
     return torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.Tanh()), 0
 
 
-@exercise("9.2.2", "Your measurement finds how far back the last output sees for convolutions, windowed and full "
-                   "causal attention, stacks of them, and a layer that sees only its own position.")
+@exercise("9.2.2", "Your measurement finds how far back the last output sees for a convolution, one whose farthest "
+                   "input has a faint weight, windowed and full causal attention, a stack of them, and a layer that "
+                   "sees only its own position.")
 def _(answer):
     g = _fresh()
-    for k in range(1, 5):
+    # One case of each kind, every check, so that the message holds for each run. Cases 1-4 see back 1 .. T - 2
+    # positions, case 5 all T - 1 and case 6 none: the first failing case then tells each mistake apart.
+    # Case 4 is a convolution whose farthest input has a tiny weight: dependence, not strength, counts.
+    kinds = ("conv", "window", "stack", "faint", "attention", "pointwise")
+    for k, kind in enumerate(kinds, 1):
         T, d = _pick(g, (12, 16, 20, 24)), _pick(g, (2, 4))
         with torch.random.fork_rng():
             torch.manual_seed(int(torch.randint(2**31, (1,), generator=g)))
-            # Cases 1-2 see back 1 .. T - 2 positions, case 3 up to T - 1, and case 4 may be a layer that sees
-            # only its own position: the first failing case then tells each mistake apart.
-            # Case 2 is a convolution whose farthest input has a tiny weight: dependence, not strength, counts.
-            kinds = (("conv", "window", "stack"), ("faint",), ("conv", "window", "stack", "attention"),
-                     ("conv", "window", "stack", "attention", "pointwise"))[k - 1]
-            layer, want = _layer(g, d, T, kinds)
-        case = f"case {k} of 4 (a hidden layer, T = {T}, d = {d})"
+            layer, want = _layer(g, d, T, kind)
+        case = f"case {k} of {len(kinds)} (a hidden layer, T = {T}, d = {d})"
         got = _integer(call(answer, layer, T, d), case, "reach")
         compare_number(got, want, case, exact=True, what="reach", mistakes=[
             (T - 1 - want, "Return the distance back, T - 1 minus the earliest input that matters, not that input's index."),

@@ -46,16 +46,25 @@ def frequencies(d, base=10000.0, dtype=torch.float64):
 def sinusoidal(T, d, base=10000.0, dtype=torch.float64):
     """``(T, d)`` table: ``p[t, 2j] = sin(omega_j t)``, ``p[t, 2j+1] = cos(omega_j t)``, in ``dtype``."""
     T, wide = positive_int(T, "T"), _wide(dtype)
-    angle = _positions(0, T, wide)[:, None] * frequencies(d, base, wide)      # (T, d/2)
-    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2).to(dtype)
+    angle = _angles(0, T, d, base, "cpu")                                       # (T, d/2), float64
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2).to(wide).to(dtype)
+
+
+def _angles(start, stop, d, base, device):
+    """``(stop - start, d/2)`` angles ``t * omega_j`` in float64, whatever the output's dtype: in float32,
+    ``t * omega_0`` at ``t = 10**6`` would be off by up to 0.03 rad (its spacing there is 1/16). Devices
+    without float64 (Apple's MPS) get float32."""
+    dtype = torch.float32 if torch.device(device).type == "mps" else torch.float64
+    return _positions(start, stop, dtype, device)[:, None] * frequencies(d, base, dtype).to(device)
 
 
 def rope(x, base=10000.0, offset=0):
     """Rotate each coordinate pair ``(2j, 2j+1)`` of the row for position ``t`` by ``t * omega_j``.
 
-    ``x (..., T, d) -> (..., T, d)``; positions start at ``offset`` (for a key-value cache). Half
-    precision input is rotated in float32 and the result rounded once, to ``x``'s dtype. ``x`` must
-    be real floating point, with ``d`` even.
+    ``x (..., T, d) -> (..., T, d)``; positions start at ``offset`` (for a key-value cache). The angles
+    are computed in float64, so a float32 ``x`` at position 10**6 is rotated as accurately as at 10; half
+    precision input is rotated in float32 and the result rounded once, to ``x``'s dtype. ``x`` must be
+    real floating point, with ``d`` even.
     """
     floating(x, "x")
     if x.dim() < 2 or x.shape[-1] % 2 or not x.shape[-1]:
@@ -64,9 +73,8 @@ def rope(x, base=10000.0, offset=0):
     offset = integer(offset, "offset")
     T, d = x.shape[-2:]
     wide = _wide(x.dtype)
-    omega = frequencies(d, base, wide).to(x.device)
-    angle = _positions(offset, offset + T, wide, x.device)[:, None] * omega     # (T, d/2)
-    cos, sin = angle.cos(), angle.sin()
+    angle = _angles(offset, offset + T, d, base, x.device)                       # (T, d/2), float64
+    cos, sin = angle.cos().to(wide), angle.sin().to(wide)
     even, odd = x[..., 0::2].to(wide), x[..., 1::2].to(wide)
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2).to(x.dtype)
 

@@ -44,24 +44,30 @@ def cell_seconds(nb):
     return sorted(timed, reverse=True)
 
 
-def report(runs, floor, mib_floor=None, write=print):
-    """The execution report: ``runs`` are ``(notebook stem, Run)`` in order, ``floor`` the kernel-start cost."""
+def summary(stem, run):
+    """What the report shows of one execution: ``(stem, seconds, peak MiB, slowest cells)``, plain data
+    (pytest-xdist carries it from a worker to the report)."""
+    return stem, run.seconds, run.mib, cell_seconds(run.nb)[:SLOWEST]
+
+
+def report(rows, floor, mib_floor=None, write=print):
+    """The execution report: ``rows`` from ``summary``, in the chapter's order; ``floor`` the kernel-start cost."""
     if mib_floor is not None:
         write(f"kernel start + import torch, helpers: {floor:.1f} s, {mib_floor:.0f} MiB")
     write("")
     write(f"{'notebook':34} {'seconds':>8} {'peak MiB':>9} {'budget':>7}  within")
     total = 0.0
-    for stem, run in runs:
+    for stem, seconds, mib, _ in rows:
         budget = BUDGETS["race"] if stem == BUDGETS["race_notebook"] else BUDGETS["notebook"]
-        total += run.seconds
-        write(f"{stem:34} {run.seconds:8.1f} {run.mib:9.0f} {budget:7.0f}  {'yes' if run.seconds <= budget else 'NO'}")
+        total += seconds
+        write(f"{stem:34} {seconds:8.1f} {mib:9.0f} {budget:7.0f}  {'yes' if seconds <= budget else 'NO'}")
     write(f"{'total':34} {total:8.1f} {'':9} {BUDGETS['chapter']:7.0f}  {'yes' if total <= BUDGETS['chapter'] else 'NO'}")
     write(f"{'':34} {total / floor:7.0f}x the kernel-start floor of {floor:.1f} s (budget {BUDGETS['floors']}x)")
     write("")
     write("slowest cells (code cell number: its first line):")
-    for stem, run in runs:
+    for stem, _, _, slowest in rows:
         write(f"  {stem}")
-        for s, i, first in cell_seconds(run.nb)[:SLOWEST]:
+        for s, i, first in slowest:
             write(f"    {s:6.1f} s  cell {i:2d}: {first[:70]}")
 
 
@@ -69,7 +75,7 @@ def main(paths):
     _, floor, mib, _ = startup_cost()
     runs = []
     for path in paths:
-        runs.append((path.stem, execute(path)))
+        runs.append(summary(path.stem, execute(path)))
         print(f"  {path.stem} done", flush=True)
     report(runs, floor, mib)
 

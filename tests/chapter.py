@@ -21,8 +21,6 @@ from nbval.plugin import coalesce_streams, find_comment_markers, find_metadata_t
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-RESULTS = []  # the Run of each execution by tests/test_chapter.py, as (setting, notebook stem, passed, run)
-
 
 class Run(NamedTuple):
     nb: object          # the executed notebook (without the cell ``after``)

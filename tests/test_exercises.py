@@ -430,6 +430,21 @@ def test_9_5_2_hints_name_the_mistake_made():
     assert "not the group size" in message and "Or:" not in message, message
 
 
+def test_9_5_2_shown_cases_cover_multi_head_grouped_query_and_multi_query():
+    """Review r3 of 9.5: no shown case had kv_heads == heads, so multi-head models were checked only when a
+    hidden case drew one, though the success message names them."""
+    kinds = {"multi-head": lambda heads, kv_heads: kv_heads == heads,
+             "grouped-query": lambda heads, kv_heads: 1 < kv_heads < heads,
+             "multi-query": lambda heads, kv_heads: kv_heads == 1}
+    for name, kind in kinds.items():
+        def wrong_for_this_kind(layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2, kind=kind):
+            right = 2 * layers * kv_heads * d_head * T * batch * bytes_per
+            return right + 1 if kind(heads, kv_heads) else right
+        for seed in range(4):
+            ok, message = verdict("9.5.2", wrong_for_this_kind, seed=seed)
+            assert ok is False and "drawn at random" not in message, (name, message)
+
+
 def test_a_result_that_fits_two_mistakes_gets_both_hints():
     with pytest.raises(exercises.Wrong, match="fits more than one mistake: first. Or: second"):
         exercises.compare_number(3.0, 6.0, "case 1", mistakes=[(3.0, "first."), (3.0, "second.")])
@@ -545,6 +560,20 @@ def test_huge_numbers_are_told_apart_from_raising():
     assert ok is False and "got an integer of 401 digits" in message and "raised" not in message, message
     ok, message = verdict("9.3.2", lambda m, T, w: float("nan"))
     assert ok is False and "should be a finite number" in message, message
+
+
+def test_9_1_2_compares_the_kernel_weights_with_attention_not_only_h(monkeypatch):
+    """Review r3 of 9.1: the message says the Nadaraya-Watson weights equal softmax(q . k), so the checker
+    builds them with the answer's h; with the check on h itself switched off, a wrong h still fails."""
+    r, rho = 100.0, 100.0                                        # |rho u - k|^2 / 2h^2 up to 20,000: exp underflows
+    u = torch.tensor([0.6, 0.8], dtype=torch.float64)
+    k = rho * torch.nn.functional.normalize(torch.randn(20, 2, dtype=torch.float64), dim=1)
+    assert torch.allclose(exercises._kernel_weights(u, k, rho, math.sqrt(rho / r)), torch.softmax(k @ (r * u), 0))
+    monkeypatch.setattr(exercises, "compare_number", lambda *args, **kwargs: None)
+    assert verdict("9.1.2", lambda r, rho: math.sqrt(rho / r))[0]
+    for wrong in (lambda r, rho: 1 / math.sqrt(r), lambda r, rho: math.sqrt(2 * rho / r), lambda r, rho: rho / r):
+        ok, message = verdict("9.1.2", wrong)
+        assert ok is False and "the Nadaraya-Watson weights at rho u with your h against softmax(q . k)" in message, message
 
 
 def test_the_failing_case_is_named_when_the_answer_raises():

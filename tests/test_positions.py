@@ -125,15 +125,22 @@ def test_tables_return_the_dtype_asked_for():
         assert alibi_slopes(4, dtype=dtype).dtype == alibi_bias(3, 2, dtype=dtype).dtype == dtype
 
 
-def test_rope_and_tables_refuse_positions_their_dtype_cannot_hold():
+def test_rope_and_tables_refuse_positions_float64_cannot_hold():
     x = torch.randn(2, 4)
-    with pytest.raises(ValueError, match=r"positions 16777216\.\.16777217 exceed torch.float32's exact integers \(2\*\*24\)"):
-        rope(x, offset=2**24)                                   # 2**24 + 1 is not a float32
-    assert rope(x, offset=2**24 - 1).shape == (2, 4)            # positions 2**24 - 1 and 2**24 are exact
+    assert rope(x, offset=2**24).shape == (2, 4)                # 2**24 + 1 is not a float32, but angles are float64
     with pytest.raises(ValueError, match="exceed torch.float64's exact integers"):
-        rope(x.double(), offset=2**60)                          # gave an obscure size mismatch
+        rope(x, offset=2**60)                                   # gave an obscure size mismatch
     with pytest.raises(ValueError, match=r"x must be \(\.\.\., T, d\) with d a positive even number"):
         rope(torch.ones(3, 0))                                  # named d, which the caller never passed
+
+
+def test_float32_rope_and_tables_are_accurate_far_from_the_start():
+    # The angles t * omega_j are float64: in float32, t * omega_0 at t = 10**6 is off by up to 1/32 rad.
+    x = torch.randn(3, 2, 64, dtype=torch.float64)
+    for offset in (0, 10**6, 2**24 + 3):
+        torch.testing.assert_close(rope(x.float(), offset=offset), rope(x, offset=offset).float(), atol=2e-6, rtol=0)
+    far = sinusoidal(10**6 + 8, 64, dtype=torch.float32)[-8:]
+    torch.testing.assert_close(far, sinusoidal(10**6 + 8, 64)[-8:].float(), atol=1e-7, rtol=0)
 
 
 def test_frequencies_in_half_precision_are_the_rounded_exact_ones():
