@@ -53,7 +53,7 @@ check: $(STAMP)  ## check one notebook fast: nbval, its pair and captions, its h
 	$(BIN)/pytest -q $$($(BIN)/python tests/check.py $(NB))
 
 guarantees: $(STAMP)  ## execute the chapter again under a simulated hardware matrix (CPU kernels, MKL, threads), offline
-	$(BIN)/pytest -m chapter -n 2 tests/test_chapter.py tests/test_outside.py -v
+	$(BIN)/pytest -m chapter -n 2 --dist loadgroup tests/test_chapter.py tests/test_outside.py -v
 
 bench: $(STAMP)  ## execution report: seconds and peak memory per notebook, against tests/budgets.toml
 	$(BIN)/python tests/bench.py $(if $(filter command line,$(origin NB)),$(NB))
