@@ -308,7 +308,7 @@ def _block(fn, args, number, device):
     return time.perf_counter() - start
 
 
-def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margin=0.2, spread=0.25, attempts=3,
+def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margin=0.2, spread=0.25, attempts=None,
             grows=None, device=None, seed=0, size_name="T"):
     """Time ``methods`` at every size with one protocol, and judge the measurement; returns ``Timings``.
 
@@ -329,6 +329,9 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
       reference is what this machine does on this shape: more is a broken measurement), and every IQR is at most
       ``spread`` of its median. When the verdict fails, everything is measured again, up to ``attempts``
       times in all; the report says which measurement passed, or that the last one still failed.
+      ``attempts`` defaults to 3, or to the environment's ``BOOK_TIMING_ATTEMPTS``: ``make guarantees``
+      sets 1, since it runs two notebooks at once, where a verdict means nothing and its timings are not
+      compared (tests/test_chapter.py).
     """
     from torch.utils.benchmark import Measurement, TaskSpec, Timer, set_torch_threads
 
@@ -337,6 +340,8 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
     if not sizes:
         raise ValueError(f"sizes must be positive ints, got {sizes!r}")
     sizes = [positive_int(s, "every one of sizes") for s in sizes]
+    if attempts is None:
+        attempts = int(os.environ.get("BOOK_TIMING_ATTEMPTS", "3"))
     rounds, attempts = positive_int(rounds, "rounds"), positive_int(attempts, "attempts")
     if rounds < 3:
         raise ValueError(f"rounds must be at least 3 for an IQR, got {rounds}")

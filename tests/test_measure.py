@@ -111,6 +111,20 @@ def test_timings_measure_again_when_the_verdict_fails_and_say_so():
     assert made == [1, 2]                                         # the inputs are made once, outside the timing
 
 
+def test_the_environment_sets_how_many_measurements_by_default(monkeypatch):
+    """make guarantees runs two notebooks at once and compares no timing: BOOK_TIMING_ATTEMPTS=1 measures once."""
+    def shrinking(size, generator, device):
+        return (0.004 / size,)
+
+    for value, want in (("1", 1), (None, 3)):
+        if value is None:
+            monkeypatch.delenv("BOOK_TIMING_ATTEMPTS", raising=False)
+        else:
+            monkeypatch.setenv("BOOK_TIMING_ATTEMPTS", value)
+        t = timings({"shrinking": time.sleep}, [1, 2], shrinking, rounds=3, block=0.0001, spread=10.0)
+        assert t.attempt == want and str(t).splitlines()[-1].startswith(f"verdict: FAILED after {want} measurement")
+
+
 def test_count_flops_counts_attention():
     q, k, v = torch.randn(3, 1, 2, 32, 8).unbind(0)
     assert count_flops(F.scaled_dot_product_attention, q, k, v) == 4 * 2 * 32 * 32 * 8
