@@ -45,9 +45,9 @@ def frequencies(d, base=10000.0, dtype=torch.float64):
 
 def sinusoidal(T, d, base=10000.0, dtype=torch.float64):
     """``(T, d)`` table: ``p[t, 2j] = sin(omega_j t)``, ``p[t, 2j+1] = cos(omega_j t)``, in ``dtype``."""
-    T, wide = positive_int(T, "T"), _wide(dtype)
+    T, dtype = positive_int(T, "T"), floating_dtype(dtype, "dtype")
     angle = _angles(0, T, d, base, "cpu")                                       # (T, d/2), float64
-    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2).to(wide).to(dtype)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2).to(dtype)   # rounded once
 
 
 def _angles(start, stop, d, base, device):
