@@ -224,11 +224,18 @@ def start_race(setup=None, **kw):
 
     The race's worker processes then train while the notebook runs other cells; ``.result()`` waits for
     the race and returns what ``race`` returns (or raises what it raised). The training runs are the
-    same as in the foreground: each model trains on one thread in its own process.
+    same as in the foreground: each model trains on one thread in its own process. The future's
+    ``workers`` is how many worker processes the race uses (one core each while it runs; 0 in this
+    process), so that the caller can leave them their cores.
     """
     pool = ThreadPoolExecutor(1, thread_name_prefix="race")
     future = pool.submit(race, setup=setup, progress=False, **kw)
     pool.shutdown(wait=False)             # the thread ends with the race
+    workers = kw.get("workers")
+    try:
+        future.workers = min((os.cpu_count() or 1) if workers is None else workers, len(kw.get("names", MODELS)))
+    except TypeError:                     # arguments that race refuses, through the future
+        future.workers = 0
     return future
 
 

@@ -220,8 +220,14 @@ def test_race_names_a_run_it_cannot_send_or_a_lane_that_returns_no_result():
 
 def test_start_race_runs_the_race_in_the_background_and_returns_its_results():
     future = start_race(SMALL, names=("RNN",), workers=0)
+    assert future.workers == 0                                  # it trains in this process
     results = future.result(timeout=120)
     assert list(results) == ["RNN"] and results["RNN"].steps[-1] == SMALL.steps
     failing = start_race(SMALL, names=("GRU",), workers=1, run=fail)
+    assert failing.workers == 1
+    both = start_race(SMALL, names=("GRU", "RNN"), run=fail)      # default: a worker per core, one per model at most
+    assert both.workers == min(os.cpu_count() or 1, 2)
+    with pytest.raises(RuntimeError, match="failed"):
+        both.result(timeout=120)
     with pytest.raises(RuntimeError, match="training GRU failed"):
         failing.result(timeout=120)
