@@ -7,6 +7,8 @@ import secrets
 from pathlib import Path
 
 import matplotlib as mpl
+from matplotlib.backends import backend_agg
+from matplotlib.mathtext import MathTextParser
 
 # Okabe and Ito's palette: distinguishable with every common form of colour blindness.
 PALETTE = {
@@ -46,8 +48,32 @@ STYLE = {
 
 
 def use_style() -> None:
-    """Apply the book's matplotlib style (palette, fonts, reproducible SVG)."""
+    """Apply the book's matplotlib style (palette, fonts, reproducible SVG), and share one mathtext cache."""
     mpl.rcParams.update(STYLE)
+    share_mathtext()
+
+
+MATHTEXT = MathTextParser("path")     # what each Agg renderer makes for itself (matplotlib 3.11)
+
+
+def share_mathtext() -> None:
+    """Give every Agg renderer the same mathtext parser, so that what it has parsed outlives each figure.
+
+    matplotlib caches parsed mathtext per parser, and every new figure's renderer makes its own: each
+    figure parses its labels again (a log axis's $10^{-4}$, a title's $d_k$), about 10 ms a label here,
+    and a control's frames parse the same labels frame after frame (a quarter of a frame's time). The
+    parser keeps no other state, so the pixels are the same (tests/test_styling.py).
+    """
+    init = backend_agg.RendererAgg.__init__
+    if getattr(init, "shares_mathtext", False):
+        return
+
+    def shared(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.mathtext_parser = MATHTEXT
+
+    shared.shares_mathtext = True
+    backend_agg.RendererAgg.__init__ = shared
 
 
 def figures_dir() -> Path | None:

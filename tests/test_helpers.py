@@ -325,3 +325,31 @@ def test_round_coordinates_takes_text_only():
     assert plotting.round_coordinates('<path d="M 1.23456 -0.0001"/>') == '<path d="M 1.23 0"/>'
     with pytest.raises(ValueError, match="svg must be the SVG's text, a str, got bytes"):
         plotting.round_coordinates(b"<svg/>")
+
+
+def test_the_shared_mathtext_parser_draws_the_same_pixels():
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.backends import backend_agg
+    from matplotlib.mathtext import MathTextParser
+
+    plotting.use_style()
+    plotting.use_style()                                 # twice: the renderer is wrapped once
+    assert backend_agg.RendererAgg.__init__.shares_mathtext
+    assert not getattr(backend_agg.RendererAgg.__init__.__closure__[0].cell_contents, "shares_mathtext", False)
+
+    def pixels(own_parser):
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.plot([1, 10, 100], [1e-4, 1e-2, 1])
+        ax.set(yscale="log", xscale="log", title=r"$\|q\|$ and $d_k$ = 64")
+        renderer = fig.canvas.get_renderer()
+        shared = renderer.mathtext_parser is plotting.MATHTEXT
+        if own_parser:
+            renderer.mathtext_parser = MathTextParser("path")        # as matplotlib makes it for each renderer
+        fig.canvas.draw()
+        drawn = np.asarray(fig.canvas.buffer_rgba()).copy()
+        plt.close(fig)
+        return shared, drawn
+
+    (shared, with_shared), (_, with_own) = pixels(False), pixels(True)
+    assert shared and np.array_equal(with_shared, with_own)
