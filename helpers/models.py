@@ -293,7 +293,7 @@ def warmup_cosine(step, warmup, total, floor=0.1):
     """Learning-rate factor: linear warmup to 1, then cosine decay to ``floor`` at ``total`` steps."""
     if step < warmup:
         return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / (total - warmup))
+    progress = min(1.0, (step - warmup) / (total - warmup)) if total > warmup else 1.0   # no room to decay: the floor
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 

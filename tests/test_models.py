@@ -17,6 +17,7 @@ from helpers.models import (
     keep_copy_lm,
     repeat_batch,
     train_lm,
+    warmup_cosine,
 )
 
 
@@ -204,3 +205,12 @@ def test_models_reject_bad_arguments():
         AddingTransformer(heads=0)
     with pytest.raises(ValueError, match="batch, length, 2"):
         RecurrentRegressor()(torch.rand(2, 5, 3))
+
+
+def test_warmup_cosine_at_the_edges():
+    assert warmup_cosine(0, 20, 200) == 1 / 20 and warmup_cosine(19, 20, 200) == 1.0
+    assert warmup_cosine(20, 20, 200) == 1.0 and warmup_cosine(200, 20, 200) == pytest.approx(0.1)
+    assert warmup_cosine(20, 20, 20) == pytest.approx(0.1)             # as many steps as warmup: divided by zero before
+    torch.manual_seed(0)
+    lm = LanguageModel(32, 32, 16, heads=2, layers=1, attention=lambda: LogitAttention(16, 2))
+    assert len(train_lm(lm, lr=1e-3, steps=3, warmup=3)) == 3          # LambdaLR asks for the step after the last
