@@ -1,5 +1,6 @@
 """One figure style for the whole book, and ``save_figure`` that writes it to ``figures/``."""
 
+import functools
 import io
 import os
 import re
@@ -62,12 +63,17 @@ def share_mathtext() -> None:
     matplotlib caches parsed mathtext per parser, and every new figure's renderer makes its own: each
     figure parses its labels again (a log axis's $10^{-4}$, a title's $d_k$), about 10 ms a label here,
     and a control's frames parse the same labels frame after frame (a quarter of a frame's time). The
-    parser keeps no other state, so the pixels are the same (tests/test_styling.py).
+    parser keeps no other state, so the pixels are the same (tests/test_helpers.py). One caveat, which
+    the book never meets: the cache's key holds the font properties and dpi but not the ``mathtext.*``
+    settings other than the font set, so changing ``mathtext.default`` (say) mid-session would leave
+    labels already parsed as they were. Only Agg (PNG) renderers are concerned; SVG output parses
+    through matplotlib's module-wide ``TextToPath``, already shared.
     """
     init = backend_agg.RendererAgg.__init__
     if getattr(init, "shares_mathtext", False):
         return
 
+    @functools.wraps(init)
     def shared(self, *args, **kwargs):
         init(self, *args, **kwargs)
         self.mathtext_parser = MATHTEXT

@@ -229,5 +229,12 @@ def test_start_race_runs_the_race_in_the_background_and_returns_its_results():
     assert both.workers == min(os.cpu_count() or 1, 2)
     with pytest.raises(RuntimeError, match="failed"):
         both.result(timeout=120)
+    lazy = start_race(SMALL, names=(n for n in ("RNN",)), workers=0)                  # a generator, read once
+    assert lazy.workers == 0 and list(lazy.result(timeout=120)) == ["RNN"]
+    for refused in ({"workers": -1}, {"workers": 2.0}, {"names": ("RNN", "RNN")}, {"names": "RNN"}, {"names": 3}):
+        future = start_race(SMALL, **refused)
+        assert future.workers == 0                     # what race refuses starts no worker
+        with pytest.raises((ValueError, TypeError)):
+            future.result(timeout=120)
     with pytest.raises(RuntimeError, match="training GRU failed"):
         failing.result(timeout=120)
