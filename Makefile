@@ -29,11 +29,13 @@ $(STAMP): pyproject.toml
 # the .ipynb's cell ids) and executes them; book/clean.py strips what every run churns (timestamps,
 # progress bars), and touching the .ipynb marks its outputs as the newer of the pair. Each notebook is
 # a target of its own (notebooks/x.run), so `make -j2 execute` runs two side by side, each in its own kernel.
-RUNS := $(addsuffix .run,$(basename $(NB)))
+# NB may name a notebook by its .md, its .ipynb or neither ($(basename) would cut "9.1-x" to "9").
+RUNS := $(addsuffix .run,$(patsubst %.ipynb,%,$(patsubst %.md,%,$(NB))))
 
 execute: $(RUNS)  ## re-execute notebooks in fresh kernels and re-sync their pairs (NB=notebooks/x.md for one; -j2 runs two at once)
 
 $(RUNS): %.run: $(STAMP)
+	@test -f "$*.md" || { echo "no notebook $*.md (NB=notebooks/x.md)" >&2; exit 2; }
 	@echo "executing $*"
 	@touch "$*.md" && $(BIN)/jupytext --sync --execute --quiet "$*.md"
 	@$(BIN)/python book/clean.py "$*.ipynb"
@@ -50,7 +52,7 @@ test: $(STAMP)  ## unit tests, pair sync, ruff, and nbval over every stored note
 check: $(STAMP)  ## check one notebook fast: nbval, its pair and captions, its helpers' unit tests (NB=notebooks/x.md)
 	@test "$(origin NB)" = "command line" || { echo "name the notebook: make check NB=notebooks/9.6-images-and-other-data.md" >&2; exit 2; }
 	$(BIN)/ruff check helpers tests notebooks book conftest.py
-	$(BIN)/pytest -q $$($(BIN)/python tests/check.py $(NB))
+	@args=$$($(BIN)/python tests/check.py $(NB)) && echo "pytest -q $$args" && $(BIN)/pytest -q $$args
 
 guarantees: $(STAMP)  ## execute the chapter again under a simulated hardware matrix (CPU kernels, MKL, threads), offline
 	$(BIN)/pytest -m chapter -n 2 --dist loadgroup tests/test_chapter.py tests/test_outside.py -v

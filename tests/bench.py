@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import nbformat
-from chapter import NOTEBOOKS, ROOT, execute
+from chapter import NOTEBOOKS, ROOT, execute, source
 
 BUDGETS = tomllib.loads((ROOT / "tests" / "budgets.toml").read_text())
 SLOWEST = 3                                                     # cells listed per notebook
@@ -84,4 +84,4 @@ def main(paths):
 
 
 if __name__ == "__main__":
-    main([Path(p).with_suffix(".ipynb") for p in sys.argv[1:]] or NOTEBOOKS)
+    main([source(p).with_suffix(".ipynb") for p in sys.argv[1:]] or NOTEBOOKS)

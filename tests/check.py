@@ -8,6 +8,8 @@ import re
 import sys
 from pathlib import Path
 
+from chapter import source
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 # `from helpers import seed, vision` or `from helpers.vision import patches` or `import helpers.vision`
@@ -36,7 +38,7 @@ def modules(source):
 
 def arguments(md):
     """pytest's arguments for notebook ``md`` (a path to its MyST source)."""
-    md = Path(md).resolve().with_suffix(".md")  # notebooks/x.md or notebooks/x.ipynb
+    md = source(md).resolve()                   # notebooks/x.md, notebooks/x.ipynb or notebooks/x
     units = sorted(set(TESTS.glob("test_*.py")) - {TESTS / "test_notebooks.py", TESTS / "test_outside.py"})
     related = set()
     for module in modules(md.read_text()):

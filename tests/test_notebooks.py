@@ -5,6 +5,7 @@ tests/test_outside.py runs that cell outside.)"""
 
 import importlib.util
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -105,3 +106,19 @@ def test_make_check_runs_the_notebook_its_structure_tests_and_its_helpers_tests(
     assert [a for a in args[1:] if "::" not in a] == [
         "tests/test_attention.py", "tests/test_controls.py", "tests/test_diagrams.py", "tests/test_exercises.py",
         "tests/test_helpers.py", "tests/test_models.py", "tests/test_vision.py"]
+
+
+@pytest.mark.parametrize("name", ["9.1-attention-as-lookup.md", "9.1-attention-as-lookup.ipynb", "9.1-attention-as-lookup"])
+def test_a_notebook_is_named_with_or_without_its_suffix(name):
+    # make check, make bench and make execute take NB=notebooks/x.md; the stem "9.1-x" must not lose ".1-x".
+    import chapter
+    import check
+
+    md = ROOT / "notebooks" / "9.1-attention-as-lookup.md"
+    assert chapter.source(ROOT / "notebooks" / name) == md
+    assert check.arguments(ROOT / "notebooks" / name)[0] == "notebooks/9.1-attention-as-lookup.ipynb"
+    with pytest.raises(SystemExit, match="no notebook .*9.9-nothing.md; name one of: notebooks/9.1-attention-as-lookup.md"):
+        chapter.source(ROOT / "notebooks" / "9.9-nothing")
+    ran = subprocess.run(["make", "-n", "-o", ".venv/.installed", "execute", f"NB=notebooks/{name}"], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    assert 'jupytext --sync --execute --quiet "notebooks/9.1-attention-as-lookup.md"' in ran.stdout
