@@ -51,14 +51,28 @@ def check_qkv(q, k, v):
         raise ValueError(f"queries and keys need at least one feature (the scale is 1/sqrt(d_k)), got shape {tuple(q.shape)}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"keys and values differ in number: {k.shape[-2]} != {v.shape[-2]}")
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"the leading (batch, head) dimensions of q, k and v do not broadcast: {tuple(q.shape[:-2])},"
+                         f" {tuple(k.shape[:-2])} and {tuple(v.shape[:-2])}") from None
 
 
 def check_mask(mask, shape):
-    """Raise ``ValueError`` unless ``mask`` is boolean and broadcasts to ``shape`` (..., m, n) without growing it."""
+    """Raise ``ValueError`` unless ``mask`` is boolean and broadcasts to ``shape`` (..., m, n) without growing it.
+
+    A mask of more than two dimensions must have as many as the scores: broadcasting aligns the last
+    dimensions, so a ``(B, 1, n)`` padding mask against ``(B, H, m, n)`` scores would line its batch up
+    with the heads, silently wrong whenever ``B == H`` (add the head axis: ``mask[:, None]``).
+    """
     tensor(mask, "mask")
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must be boolean (True hides a key), got {mask.dtype}")
     shape = tuple(shape)
+    if 2 < mask.dim() < len(shape):
+        raise ValueError(f"mask of shape {tuple(mask.shape)} has fewer dimensions than the scores {shape}: its first"
+                         " would line up with the scores' second (the heads, say); give it the scores' dimensions"
+                         " (for a padding mask and multi-head scores, mask[:, None])")
     try:
         grown = torch.broadcast_shapes(mask.shape, shape)
     except RuntimeError:
@@ -78,7 +92,7 @@ def padding_mask(lengths, T):
     """``(B, 1, T)`` boolean mask hiding positions at or beyond each sequence's length.
 
     ``lengths`` holds ``B`` integers in ``1..T``. The mask broadcasts over the queries of a
-    ``(B, T, T)`` score matrix.
+    ``(B, T, T)`` score matrix; for multi-head scores ``(B, H, T, T)`` give it a head axis, ``[:, None]``.
     """
     T = positive_int(T, "T")
     lengths = integers(lengths, "lengths")

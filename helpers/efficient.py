@@ -8,7 +8,7 @@ holds the batched and tested tiled attention the benchmark runs. Measuring time 
 
 import torch
 
-from helpers.attention import check_mask, check_qkv
+from helpers.attention import attention, check_mask, check_qkv
 from helpers.checks import flag, positive_int
 
 
@@ -27,7 +27,7 @@ def tiled_attention(q, k, v, tile, mask=None, is_causal=False):
     at all (a fully masked row, or no keys) gets zeros, as in ``helpers.attention.attention`` and SDPA.
     The running maximum, normalizer and weighted sum are kept in float32 (or wider) whatever the
     input's dtype, and only the result is cast back: summed over thousands of keys in bfloat16 they
-    would lose digits.
+    would lose digits. The output has ``v``'s dtype, as ``helpers.attention.attention``'s.
     """
     tile = positive_int(tile, "tile")
     is_causal = flag(is_causal, "is_causal")
@@ -36,8 +36,10 @@ def tiled_attention(q, k, v, tile, mask=None, is_causal=False):
     if mask is not None:
         lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
         check_mask(mask, (*lead, m_q, n))
-    out_dtype = torch.promote_types(q.dtype, v.dtype)
-    wide = torch.promote_types(out_dtype, torch.float32)
+    if n == 0:                                          # no key: zeros, still a function of q, k and v for autograd
+        return attention(q, k, v, mask)[0]
+    out_dtype = v.dtype
+    wide = torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, torch.float32))
     q = q.to(wide) * q.shape[-1] ** -0.5                # scale before the product: no overflow
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     m = torch.full((*lead, m_q, 1), float("-inf"), dtype=wide, device=q.device)   # running maximum

@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from helpers.attention import causal_mask
-from helpers.checks import flag, one_of, positive_int, tensor
+from helpers.checks import finite_float, flag, non_negative_int, one_of, positive_float, positive_int, tensor
 
 
 class AdditiveAttention(nn.Module):
@@ -24,6 +24,7 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, d_s, d_h, d_a):
         super().__init__()
+        d_s, d_h, d_a = positive_int(d_s, "d_s"), positive_int(d_h, "d_h"), positive_int(d_a, "d_a")
         self.W, self.U = nn.Linear(d_s, d_a, bias=False), nn.Linear(d_h, d_a)
         self.w = nn.Linear(d_a, 1, bias=False)
 
@@ -122,6 +123,10 @@ class Attention(nn.Module):
 
     def forward(self, x, context=None, record=None):
         c = x if context is None else context
+        for name, t in (("x", x), ("context", c)):
+            if tensor(t, name).dim() != 3 or t.shape[1] == 0:
+                # nn.MultiheadAttention would read a 2-D x as unbatched (tokens, d), and build the mask wrong
+                raise ValueError(f"{name} must be (batch, tokens, d) with at least one token, got shape {tuple(t.shape)}")
         m, n = x.shape[1], c.shape[1]
         if self.causal and m > n:
             raise ValueError(f"causal attention needs at most as many queries as keys, got {m} queries and {n} keys")
@@ -194,10 +199,12 @@ class LogitAttention(nn.Module):
     """Causal self-attention with its logits written out, optional QK-norm (section 9.4's listing).
 
     ``forward(x (B, T, d), record=None, cache=None) -> (B, T, d)``; ``record``, a list the caller owns,
-    receives the largest absolute attention logit (a float). With ``qk_norm`` each head's queries and keys
-    pass a LayerNorm before their dot product. ``cache`` is section 9.5's addition, not in 9.4's listing: a
-    dict the caller owns, empty at the start, that keeps the keys and values of the tokens seen so far;
-    the new tokens come after them and attend to them as well as to each other, causally.
+    receives the largest absolute attention logit (a float), over every query-key pair of every head, the
+    pairs the causal mask hides included (their logits come from the same queries and keys). With
+    ``qk_norm`` each head's queries and keys pass a LayerNorm before their dot product. ``cache`` is
+    section 9.5's addition, not in 9.4's listing: a dict the caller owns, empty at the start, that keeps
+    the keys and values of the tokens seen so far; the new tokens come after them and attend to them as
+    well as to each other, causally.
     """
 
     def __init__(self, d, heads, qk_norm=False):
@@ -211,6 +218,8 @@ class LogitAttention(nn.Module):
         self.k_norm = nn.LayerNorm(d_k) if qk_norm else nn.Identity()
 
     def forward(self, x, record=None, cache=None):
+        if tensor(x, "x").dim() != 3 or x.shape[1] == 0:
+            raise ValueError(f"x must be (batch, T, d) with T >= 1, got shape {tuple(x.shape)}")
         B, T, d = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)   # (B, H, T, d_k)
         q, k = self.q_norm(q), self.k_norm(k)
@@ -232,6 +241,7 @@ def init_gpt2(model, layers):
     """GPT-2's initialization (section 9.4's listing): every weight matrix and embedding N(0, 0.02), biases 0,
     and the projections that write into the residual stream (parameters named ``out.weight``,
     ``out_proj.weight`` or ``mlp.2.weight``) N(0, 0.02 / sqrt(2 layers)); norms keep their gains of 1."""
+    layers = positive_int(layers, "layers")
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("bias"):
@@ -271,9 +281,18 @@ class LanguageModel(nn.Module):
                 raise ValueError(f"caches must be a list of {len(self.blocks)} dicts, one per block")
             if not all(isinstance(b.attn, LogitAttention) for b in self.blocks):
                 raise TypeError("caches need LogitAttention in every block (it keeps a key-value cache)")
-            past = caches[0]["k"].shape[-2] if caches[0] else 0                  # tokens already cached
-        if idx.dim() != 2 or past + idx.shape[1] > self.pos.num_embeddings:
-            raise ValueError(f"idx must be (batch, T) with T <= {self.pos.num_embeddings - past} "
+            if not all(isinstance(c, dict) for c in caches):
+                raise TypeError(f"each cache must be a dict (empty at the start), got {[type(c).__name__ for c in caches]}")
+            if len({id(c) for c in caches}) < len(caches):
+                # [{}] * layers is one dict: every block would append its keys to the same cache.
+                raise ValueError(f"caches must be {len(self.blocks)} distinct dicts, one per block "
+                                 f"([{{}} for _ in model.blocks]), not one dict repeated")
+            held = [c["k"].shape[-2] if c else 0 for c in caches]
+            if len(set(held)) > 1:
+                raise ValueError(f"the caches hold different numbers of tokens, {held}: start again from empty dicts")
+            past = held[0]                                                       # tokens already cached
+        if tensor(idx, "idx").dim() != 2 or idx.shape[1] == 0 or past + idx.shape[1] > self.pos.num_embeddings:
+            raise ValueError(f"idx must be (batch, T) with 1 <= T <= {self.pos.num_embeddings - past} "
                              f"({past} tokens cached), got {tuple(idx.shape)}")
         x = self.tok(idx) + self.pos.weight[past: past + idx.shape[1]]
         for i, block in enumerate(self.blocks):
@@ -291,6 +310,7 @@ def decay_groups(model, weight_decay=0.1):
 
 def warmup_cosine(step, warmup, total, floor=0.1):
     """Learning-rate factor: linear warmup to 1, then cosine decay to ``floor`` at ``total`` steps."""
+    step, warmup = non_negative_int(step, "step"), non_negative_int(warmup, "warmup")
     if step < warmup:
         return (step + 1) / warmup
     progress = min(1.0, (step - warmup) / (total - warmup)) if total > warmup else 1.0   # no room to decay: the floor
@@ -299,6 +319,7 @@ def warmup_cosine(step, warmup, total, floor=0.1):
 
 def repeat_batch(g, batch=32, half=16, vocab=32):
     """``(batch, 2 half)`` token ids: ``half`` random tokens, then the same tokens again."""
+    batch, half, vocab = positive_int(batch, "batch"), positive_int(half, "half"), positive_int(vocab, "vocab")
     first = torch.randint(vocab, (batch, half), generator=g)
     return torch.cat([first, first], dim=1)
 
@@ -307,8 +328,13 @@ def train_lm(lm, lr, steps=200, vocab=32, weight_decay=0.1, warmup=20):
     """Section 9.4's recipe on the repeat task: AdamW with decay groups, warmup then cosine, clipping at 1.
 
     Returns per step ``(loss on the predictable second half, largest attention logit or None)``: the
-    logit is recorded only by ``LogitAttention`` (``Attention`` records weights, and then it is None).
+    logit is recorded only by ``LogitAttention`` (``Attention`` records weights, and then it is None). A
+    loss that is not finite stops training (``FloatingPointError``) before it reaches the weights.
     """
+    lr, steps, warmup = positive_float(lr, "lr"), positive_int(steps, "steps"), non_negative_int(warmup, "warmup")
+    vocab, weight_decay = positive_int(vocab, "vocab"), finite_float(weight_decay, "weight_decay")
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
     g = torch.Generator().manual_seed(1)
     opt = torch.optim.AdamW(decay_groups(lm, weight_decay), lr=lr, betas=(0.9, 0.95))
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, steps))
@@ -318,6 +344,8 @@ def train_lm(lm, lr, steps=200, vocab=32, weight_decay=0.1, warmup=20):
         largest = []
         logits = lm(x[:, :-1], record=largest)                    # (B, 31, vocab): predicts tokens 1 .. 31
         loss = F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"the loss is {loss.item()} at step {len(history)}; the weights are those before it")
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)

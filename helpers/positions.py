@@ -27,20 +27,21 @@ def _positions(start, stop, dtype, device=None):
     """``start, ..., stop - 1`` in ``dtype``, refused where ``dtype`` cannot hold them exactly."""
     exact = round(2 / torch.finfo(dtype).eps)                       # float32: every integer up to 2**24
     if max(abs(start), abs(stop - 1)) > exact:
-        raise ValueError(f"positions {start}..{stop - 1} exceed {dtype}'s exact integers (2**{exact.bit_length() - 1});"
-                         " compute in float64 for longer sequences")
+        wider = " compute in float64 for longer sequences" if dtype != torch.float64 else " no wider dtype holds them"
+        raise ValueError(f"positions {start}..{stop - 1} exceed {dtype}'s exact integers (2**{exact.bit_length() - 1});{wider}")
     return torch.arange(start, stop, dtype=dtype, device=device)
 
 
 def frequencies(d, base=10000.0, dtype=torch.float64):
     """The ``d/2`` angular frequencies ``omega_j = base^(-2j/d)`` shared by both encodings, in ``dtype``
-    (computed in float32 or wider)."""
+    (computed in float64 and rounded once: a large ``base`` such as 1e39 overflows float32 itself, while
+    the frequencies it gives may not)."""
     if positive_int(d, "d") % 2:
         raise ValueError(f"the width d must be a positive even int (coordinates come in pairs), got {d!r}")
     if finite_float(base, "base") <= 1:
         raise ValueError(f"base must be greater than 1, got {base}")
-    wide = _wide(dtype)
-    return (base ** (-torch.arange(0, d, 2, dtype=wide) / d)).to(dtype)
+    floating_dtype(dtype, "dtype")
+    return (base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)).to(dtype)
 
 
 def sinusoidal(T, d, base=10000.0, dtype=torch.float64):

@@ -153,3 +153,17 @@ def test_softmax_jacobian_tolerance_is_the_rounding_of_a_softmax_not_more():
         softmax_jacobian(torch.softmax(torch.randn(10000), 0).to(dtype))
         with pytest.raises(ValueError, match="p must sum to 1"):
             softmax_jacobian(p * 1.2)                   # n eps of float16 would have let 20% pass
+
+
+def test_a_mask_with_fewer_dimensions_than_multi_head_scores_is_refused():
+    # A (B, 1, T) padding mask against (B, H, T, T) scores lines its batch up with the heads: when B == H
+    # broadcasting accepts it and the second sequence's padding hid keys of the first's second head.
+    x = torch.randn(2, 2, 4, 8)
+    with pytest.raises(ValueError, match=r"mask\[:, None\]"):
+        attention(x, x, x, padding_mask([2, 4], 4))
+    _, w = attention(x, x, x, padding_mask([2, 4], 4)[:, None])
+    assert w[0, :, :, 2:].abs().sum() == 0 and w[1].gt(0).all()
+    _, w = attention(x, x, x, causal_mask(4))       # two dimensions broadcast over batch and heads, as before
+    assert w.shape == (2, 2, 4, 4)
+    with pytest.raises(ValueError, match=r"do not broadcast: \(2,\), \(2,\) and \(3,\)"):
+        attention(torch.randn(2, 4, 8), torch.randn(2, 4, 8), torch.randn(3, 4, 8))

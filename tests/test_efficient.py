@@ -134,3 +134,12 @@ def test_masks_may_not_grow_tiled_attention_and_d_k_is_at_least_one():
     for f in (lambda *a: tiled_attention(*a, 2), naive_attention, lambda *a: attention(*a)[0]):
         with pytest.raises(ValueError, match="need at least one feature"):
             f(empty, empty, v[0])                       # ZeroDivisionError before
+
+
+def test_tiled_attention_without_keys_and_with_mixed_dtypes_behaves_as_attention():
+    q = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    out = tiled_attention(q, torch.randn(0, 8), torch.randn(0, 8), 4)
+    out.sum().backward()                          # before: the zeros were cut off from the graph
+    assert out.shape == (3, 8) and not out.any() and q.grad is not None
+    k, v = torch.randn(5, 8, dtype=torch.float64), torch.randn(5, 8)
+    assert tiled_attention(q.detach(), k, v, 2).dtype == attention(q.detach(), k, v)[0].dtype == torch.float32

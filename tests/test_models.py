@@ -14,6 +14,7 @@ from helpers.models import (
     RecurrentRegressor,
     copy_lm,
     decay_groups,
+    init_gpt2,
     keep_copy_lm,
     repeat_batch,
     train_lm,
@@ -134,6 +135,16 @@ def test_the_cached_language_model_gives_the_logits_of_the_whole_sequence(qk_nor
         lm(idx, [{}, []])
     with pytest.raises(TypeError, match="need LogitAttention"):
         LanguageModel(20, 12, 32, heads=4, layers=1)(idx, [{}])
+    shared = {}
+    with pytest.raises(ValueError, match="2 distinct dicts"):
+        lm(idx[:, :5], [shared, shared])    # [{}] * 2: both blocks would write their keys into one cache
+    caches = [{} for _ in lm.blocks]
+    lm(idx[:, :5], caches)
+    caches[1].clear()                       # one block's cache emptied: the positions would no longer agree
+    with pytest.raises(ValueError, match=r"different numbers of tokens, \[5, 0\]"):
+        lm(idx[:, 5:6], caches)
+    with pytest.raises(ValueError, match=r"1 <= T <= 12"):
+        lm(idx[:, :0])
 
 
 def test_copy_lm_keeps_the_trained_model_and_trains_again_without_it(tmp_path, monkeypatch):
@@ -214,3 +225,23 @@ def test_warmup_cosine_at_the_edges():
     torch.manual_seed(0)
     lm = LanguageModel(32, 32, 16, heads=2, layers=1, attention=lambda: LogitAttention(16, 2))
     assert len(train_lm(lm, lr=1e-3, steps=3, warmup=3)) == 3          # LambdaLR asks for the step after the last
+
+
+def test_the_language_model_helpers_refuse_what_would_fail_later_or_silently():
+    torch.manual_seed(0)
+    lm = LanguageModel(32, 32, 32, heads=4, layers=1, attention=lambda: LogitAttention(32, 4))
+    for kw, name in ((dict(lr=0.0), "lr"), (dict(lr=1e-2, steps=-3), "steps"), (dict(lr=1e-2, warmup=-1), "warmup"),
+                     (dict(lr=1e-2, weight_decay=math.nan), "weight_decay"), (dict(lr=1e-2, weight_decay=-1), "weight_decay")):
+        with pytest.raises(ValueError, match=name):
+            train_lm(lm, **kw)                  # before: a history of NaN, or [] for steps=-3
+    with pytest.raises(FloatingPointError, match="the loss is nan at step 0"):
+        with torch.no_grad():
+            lm.tok.weight[0, 0] = float("nan")
+        train_lm(lm, lr=1e-2, steps=2)
+    for call, name in ((lambda: init_gpt2(lm, 0), "layers"), (lambda: warmup_cosine(-1, 0, 10), "step"),
+                       (lambda: repeat_batch(torch.Generator(), vocab=0), "vocab"),
+                       (lambda: AdditiveAttention(8.0, 6, 5), "d_s"), (lambda: AdditiveAttention(8, 6, 0), "d_a"),
+                       (lambda: LogitAttention(32, 4)(torch.randn(5, 32)), "x must be"),
+                       (lambda: Attention(16, 4, causal=True)(torch.randn(5, 16)), "x must be")):   # read as unbatched
+        with pytest.raises(ValueError, match=name):
+            call()

@@ -153,3 +153,10 @@ def test_t5_bucket_of_the_extreme_offsets_and_of_none():
     assert t5_bucket(torch.tensor([-2**63, 2**63 - 1])).tolist() == [15, 31]     # -2**63 gave -2**63
     assert t5_bucket(torch.tensor([-2**63]), bidirectional=False).tolist() == [31]
     assert t5_bucket([]).tolist() == []                          # an empty list was float32, refused
+
+
+def test_frequencies_of_a_base_too_large_for_float32_are_computed_wider():
+    # 1e39 overflows float32 (inf ** -0.5 = 0), but base^(-1/2) = 3.16e-20 fits in it.
+    assert torch.equal(frequencies(4, base=1e39, dtype=torch.float32), torch.tensor([1.0, 1e39 ** -0.5]))
+    with pytest.raises(ValueError, match="no wider dtype holds them"):
+        rope(torch.randn(2, 4), offset=2**53)       # rope's positions are float64 already
