@@ -102,15 +102,22 @@ def floating_dtype(value, name):
 
 
 def integers(value, name):
-    """A tensor of integers, from a tensor, list or array of integers; floats are refused, even whole ones.
+    """A tensor of integers, from a tensor, list or array of integers; floats are refused, even whole ones,
+    and so are values outside int64 (torch.uint64 holds them, but indexing and arithmetic wrap them).
 
     An empty list is an empty tensor of integers (``torch.as_tensor([])`` alone would be float32)."""
     given = value
-    value = torch.as_tensor(value)
+    try:
+        value = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):         # None, strings, ragged lists, ints beyond int64
+        raise ValueError(f"{name} must be integers within int64 (a tensor, list or array of them),"
+                         f" got {given!r:.60}") from None
     if value.numel() == 0 and not hasattr(given, "dtype"):
         value = value.long()
     if value.dtype == torch.bool or value.is_floating_point() or value.is_complex():
         raise ValueError(f"{name} must be integers, got dtype {value.dtype}")
+    if value.dtype == torch.uint64 and (value.view(torch.int64) < 0).any():      # 2**63 and above
+        raise ValueError(f"{name} must be integers within int64, got torch.uint64 values of 2**63 or more")
     return value
 
 

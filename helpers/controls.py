@@ -28,6 +28,8 @@ All (tests/test_chapter.py, in `make guarantees`).
 import base64
 import html
 import io
+import math
+import numbers
 import traceback
 from collections.abc import Sequence
 
@@ -49,10 +51,17 @@ OPTIONS = ("start", "dpi", "alt", "fmt")
 
 
 def label_of(value):
-    """How a value reads beside the control: 1,000 rather than 1000."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    """How a value reads beside the control: 1,000 rather than 1000, NumPy numbers as Python's."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return f"{int(value):,}"
+    return f"{float(value):g}" if isinstance(value, numbers.Real) and not isinstance(value, bool) else str(value)
+
+
+def _dpi(dpi):
+    """``dpi``, a positive finite number (savefig's errors for "72" or NaN do not name it)."""
+    if isinstance(dpi, bool) or not isinstance(dpi, numbers.Real) or not 0 < dpi < math.inf:
+        raise ValueError(f"dpi must be a positive finite number, got {dpi!r}")
+    return dpi
 
 
 def render(drawn, dpi=72, alt="", fmt="png"):
@@ -64,6 +73,7 @@ def render(drawn, dpi=72, alt="", fmt="png"):
     """
     if fmt not in ("png", "jpeg"):
         raise ValueError(f"fmt must be png or jpeg, got {fmt!r}")
+    _dpi(dpi)
     if isinstance(drawn, Figure):
         buffer = io.BytesIO()
         options = {"metadata": {"Software": None}} if fmt == "png" else {"pil_kwargs": {"quality": 80}}
@@ -120,6 +130,7 @@ class Control:
             raise TypeError(f"alt must be a string, got {type(alt).__name__}")
         if fmt not in ("png", "jpeg"):
             raise ValueError(f"fmt must be png or jpeg, got {fmt!r}")
+        _dpi(dpi)
         self.draw, self.values, self.label = draw, list(values), label
         self.dpi, self.alt, self.fmt, self.fixed = dpi, alt, fmt, dict(fixed or {})
         if len(self.values) < 2:

@@ -5,6 +5,9 @@ What a figure shows is computed in its notebook; these functions only lay it out
 reads as the call and the figure.
 """
 
+import contextlib
+from collections.abc import Mapping
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -40,32 +43,53 @@ def text_color(background):
     return "white" if (1.0 + 0.05) / (lum + 0.05) > (lum + 0.05) / 0.05 else "black"
 
 
-def annotated_heatmap(ax, values, fmt="{:.2f}", fontsize=7, **style):
-    """Draw ``values (rows, cols)`` on ``ax`` with ``imshow(**style)`` and write each value in its cell.
-
-    ``fmt`` is a format string (``"{:.2f}"``) or a function from the value to its label. Each label is
-    white or black, whichever contrasts more with its cell's colour, taken from the colormap. NaN
-    cells, which ``imshow`` leaves blank, get no label: mask a matrix with NaN to hide cells. Complex
-    values are refused (``imshow`` would drop their imaginary part). Returns the image, for a colorbar.
-    """
-    _axes(ax)
+def _matrix(values, name="values"):
+    """``values`` (a tensor, array or nested list) as a non-empty ``(rows, cols)`` float64 array."""
     if values.is_complex() if isinstance(values, torch.Tensor) else np.iscomplexobj(values):
-        raise ValueError("values must be real numbers, got complex ones: draw their .abs() or .real")
+        raise ValueError(f"{name} must be real numbers, got complex ones: draw their .abs() or .real")
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu().to(torch.float64).numpy()          # bfloat16 has no NumPy twin
     try:
         values = np.asarray(values, dtype=float)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"values must be a matrix of real numbers: {error}") from None
+        raise ValueError(f"{name} must be a matrix of real numbers: {error}") from None
     if values.ndim != 2 or not values.size:
-        raise ValueError(f"values must be a non-empty (rows, cols) matrix, got shape {values.shape}")
+        raise ValueError(f"{name} must be a non-empty (rows, cols) matrix, got shape {values.shape}")
+    return values
+
+
+@contextlib.contextmanager
+def _closed_on_error(fig):
+    """Close ``fig`` if drawing it fails, so that a refused call leaves no figure open."""
+    try:
+        yield fig
+    except BaseException:
+        plt.close(fig)
+        raise
+
+
+def annotated_heatmap(ax, values, fmt="{:.2f}", fontsize=7, **style):
+    """Draw ``values (rows, cols)`` on ``ax`` with ``imshow(**style)`` and write each value in its cell.
+
+    ``fmt`` is a format string (``"{:.2f}"``) or a function from the value to its label. Each label is
+    white or black, whichever contrasts more with its cell's colour, taken from the colormap. NaN
+    cells, which ``imshow`` leaves blank, get no label: mask a matrix with NaN to hide cells. Infinite
+    cells are blank too, but labelled, in the colour that contrasts with the blank. Complex values are
+    refused (``imshow`` would drop their imaginary part). Returns the image, for a colorbar.
+    """
+    _axes(ax)
+    values = _matrix(values)
     label = fmt.format if isinstance(fmt, str) else fmt
     if not callable(label):
         raise ValueError(f"fmt must be a format string or a function, got {fmt!r}")
     image = ax.imshow(values, **style)
+    # A blank cell shows the colormap's "bad" colour (transparent by default) over the axes' background;
+    # the colormap's colour of -inf (its "under" colour) is not what shows, and could hide the label.
+    bad, face = image.cmap(np.nan), to_rgb(ax.get_facecolor())
+    blank = text_color([c * bad[3] + f * (1 - bad[3]) for c, f in zip(bad[:3], face, strict=True)])
     for (i, j), v in np.ndenumerate(values):
         if not np.isnan(v):
-            color = text_color(image.cmap(image.norm(v)))
+            color = text_color(image.cmap(image.norm(v))) if np.isfinite(v) else blank
             try:
                 text = label(v)
             except (TypeError, ValueError, IndexError, KeyError) as error:
@@ -107,13 +131,15 @@ def heatmap_row(panels, ylabel, figsize=None):
     (each panel may be read alone). Returns the figure."""
     if not panels:
         raise ValueError("panels must list at least one (values, title, xlabel, style)")
-    widths = [tuple(values.shape)[1] for values, *_ in panels]
+    panels = [(_matrix(values, f"panels[{k}]'s values"), *rest) for k, (values, *rest) in enumerate(panels)]
+    widths = [values.shape[1] for values, *_ in panels]
     fig, axes = plt.subplots(1, len(panels), figsize=figsize, width_ratios=widths, squeeze=False)
-    for ax, (values, title, xlabel, style) in zip(axes[0], panels, strict=True):
-        annotated_heatmap(ax, values, **style)
-        rows, cols = tuple(values.shape)
-        ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xticks=range(cols), yticks=range(rows))
-    fig.tight_layout()
+    with _closed_on_error(fig):
+        for ax, (values, title, xlabel, style) in zip(axes[0], panels, strict=True):
+            annotated_heatmap(ax, values, **style)
+            rows, cols = values.shape
+            ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xticks=range(cols), yticks=range(rows))
+        fig.tight_layout()
     return fig
 
 
@@ -126,34 +152,40 @@ def cost_crossover(lengths, counts, d):
     """
     if d not in counts:
         raise ValueError(f"no counts for the width d = {d}; counts has {sorted(counts)}")
-    if any(len(c) != len(lengths) for c in counts.values()):
-        raise ValueError("each width's counts must have one (linear, attention) pair per length")
-    fig, (left, right) = plt.subplots(1, 2)
-    T = np.asarray(lengths, dtype=float)
-    left.plot(T, 24 * T * d**2, color=PALETTE["blue"], label="$24Td^2$ (projections, MLP)")
-    left.plot(T, 4 * T**2 * d, color=PALETTE["vermillion"], label="$4T^2d$ (scores, weighted sum)")
-    (counted_linear,) = left.plot(T, [lin for lin, _ in counts[d]], "o", ms=4, color=PALETTE["blue"])
-    (counted_attention,) = left.plot(T, [att for _, att in counts[d]], "s", ms=4, color=PALETTE["vermillion"])
-    left.axvline(6 * d, color="gray", ls="--", lw=1)
-    left.text(6 * d * 1.15, 24 * 6 * d**3 / 4, "$T = 6d$", color="gray")
-    left.set(xscale="log", yscale="log", xlabel="sequence length $T$", ylabel=f"FLOPs per forward pass ($d = {d}$)")
-    handles, labels = left.get_legend_handles_labels()
-    # One legend entry shows both markers, the circles and the squares the points are drawn with.
-    left.legend(handles + [(counted_linear, counted_attention)], labels + ["counted by FlopCounterMode"],
-                handler_map={tuple: HandlerTuple(ndivide=None)}, loc="upper left", fontsize=8)
-    ratio = np.logspace(np.log10(T.min() / max(counts)) - 0.2, np.log10(T.max() / min(counts)) + 0.2, 200)
-    right.plot(ratio, ratio / (ratio + 6), color="gray", lw=1, label="model $T/(T + 6d)$")
     if len(counts) > 4:
         raise ValueError(f"the right panel shows up to 4 widths, got {len(counts)}")
-    marks = [("o", 9, "blue"), ("^", 6, "orange"), ("s", 3, "green"), ("D", 2, "purple")]   # nested: overlaps stay visible
-    for (w, pairs), (marker, size, color) in zip(sorted(counts.items()), marks[:len(counts)], strict=True):
-        share = [att / (lin + att) for lin, att in pairs]
-        right.plot(T / w, share, marker, ms=size, mfc="none", mew=1.2, color=PALETTE[color], label=f"counted, $d = {w}$")
-    right.axvline(6, color="gray", ls="--", lw=1)
-    right.axhline(0.5, color="gray", ls=":", lw=1)
-    right.set(xscale="log", xlabel="$T / d$", ylabel="attention share of FLOPs", ylim=(0, 1))
-    right.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
+    if any(len(c) != len(lengths) for c in counts.values()):
+        raise ValueError("each width's counts must have one (linear, attention) pair per length")
+    for w, pairs in counts.items():
+        for pair in pairs:                                  # the share att / (lin + att) needs a positive sum
+            if not (pair[0] >= 0 and pair[1] >= 0 and pair[0] + pair[1] > 0):
+                raise ValueError(f"counts[{w}] must hold (linear, attention) FLOP counts, >= 0 and not both 0,"
+                                 f" got {pair}")
+    fig, (left, right) = plt.subplots(1, 2)
+    with _closed_on_error(fig):
+        T = np.asarray(lengths, dtype=float)
+        left.plot(T, 24 * T * d**2, color=PALETTE["blue"], label="$24Td^2$ (projections, MLP)")
+        left.plot(T, 4 * T**2 * d, color=PALETTE["vermillion"], label="$4T^2d$ (scores, weighted sum)")
+        (counted_linear,) = left.plot(T, [lin for lin, _ in counts[d]], "o", ms=4, color=PALETTE["blue"])
+        (counted_attention,) = left.plot(T, [att for _, att in counts[d]], "s", ms=4, color=PALETTE["vermillion"])
+        left.axvline(6 * d, color="gray", ls="--", lw=1)
+        left.text(6 * d * 1.15, 24 * 6 * d**3 / 4, "$T = 6d$", color="gray")
+        left.set(xscale="log", yscale="log", xlabel="sequence length $T$", ylabel=f"FLOPs per forward pass ($d = {d}$)")
+        handles, labels = left.get_legend_handles_labels()
+        # One legend entry shows both markers, the circles and the squares the points are drawn with.
+        left.legend(handles + [(counted_linear, counted_attention)], labels + ["counted by FlopCounterMode"],
+                    handler_map={tuple: HandlerTuple(ndivide=None)}, loc="upper left", fontsize=8)
+        ratio = np.logspace(np.log10(T.min() / max(counts)) - 0.2, np.log10(T.max() / min(counts)) + 0.2, 200)
+        right.plot(ratio, ratio / (ratio + 6), color="gray", lw=1, label="model $T/(T + 6d)$")
+        marks = [("o", 9, "blue"), ("^", 6, "orange"), ("s", 3, "green"), ("D", 2, "purple")]   # nested: overlaps stay visible
+        for (w, pairs), (marker, size, color) in zip(sorted(counts.items()), marks[:len(counts)], strict=True):
+            share = [att / (lin + att) for lin, att in pairs]
+            right.plot(T / w, share, marker, ms=size, mfc="none", mew=1.2, color=PALETTE[color], label=f"counted, $d = {w}$")
+        right.axvline(6, color="gray", ls="--", lw=1)
+        right.axhline(0.5, color="gray", ls=":", lw=1)
+        right.set(xscale="log", xlabel="$T / d$", ylabel="attention share of FLOPs", ylim=(0, 1))
+        right.legend(loc="upper left", fontsize=8)
+        fig.tight_layout()
     return fig
 
 
@@ -169,6 +201,8 @@ def saturation_panels(sigmas, p_max, norm, eps, marks):
     sigmas, p_max, norm, eps = (torch.as_tensor(t, dtype=torch.float64) for t in (sigmas, p_max, norm, eps))
     if sigmas.dim() != 1 or not p_max.shape == norm.shape == eps.shape == (len(sigmas), p_max.shape[-1]):
         raise ValueError("sigmas must be (S,) and p_max, norm, eps (S, N)")
+    if not isinstance(marks, Mapping):
+        raise ValueError(f"marks must be a dict {{sigma: label}}, got {type(marks).__name__} {marks!r:.60}")
     fig, (left, right) = plt.subplots(1, 2)
     left.plot(sigmas, p_max.mean(1), color=PALETTE["vermillion"], marker="o", ms=3, label="mean largest weight $p_{\\max}$")
     left.plot(sigmas, norm.mean(1), color=PALETTE["blue"], marker="s", ms=3, label="mean $\\|J\\|_F$")

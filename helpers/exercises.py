@@ -18,12 +18,19 @@ What a check guarantees
 - **Types and dtypes.** A tensor must be a ``torch.Tensor`` of the right kind: a boolean mask must be
   ``torch.bool``, an index an integer dtype (``torch.equal`` ignores dtype, so this is checked on its
   own), real values ``float32`` or ``float64``. A number must be a real number (an ``int``, a
-  ``float``, a NumPy scalar or a 0-dimensional tensor): never a string, a bool, or an int too large to
-  be a float.
+  ``float``, a ``Fraction`` or ``Decimal``, a NumPy scalar or a 0-dimensional tensor): never a string, a
+  bool, a tensor of shape (1,), or an int too large to be a float.
+- **No half precision where it cannot pass.** Every number is compared at 0.1% or tighter, and tensors
+  at 0.01%: float16 keeps about 3 significant digits and bfloat16 about 2, so a right formula computed
+  in them fails at random. A float16 or bfloat16 result is refused by its dtype, whatever its value, and
+  so is a number computed through half-precision tensors (``.item()`` hides the dtype, so the answer's
+  torch calls are watched: ``_Watch``), with a message naming the dtype rather than a hint about the
+  formula.
 - **Tolerances a float32 answer meets.** Floats are compared within ``rtol * (|want| + 0.1 max|want|)``
   with ``rtol`` at least 1e-4 (an answer computed in float32, even one returned as float64, is
   correct); a failing entry is shown with as many digits as it takes for expected and got to differ,
-  and the error.
+  and the error. An expected entry that is not finite (``-inf`` for a query that saw no key, NaN) must be
+  matched exactly: the same infinity, NaN where NaN is expected.
 - **A time limit.** Each check stops after ``time_limit`` seconds (20 by default; ``signal.setitimer``
   in the main thread, where a notebook kernel runs ``check``, or a watcher thread elsewhere) and says
   which case the answer was running.
@@ -47,13 +54,15 @@ Writing a checker
             want = ...                                 # computed before the answer runs
             compare(call(answer, x, case=case), want, case, mistakes=[(wrong_result, "hint")], hint="...")
 
-``call(answer, *args, case=None, **kwargs)`` runs the answer (``case``, keyword-only, names the case in
-a message when the answer raises or runs out of time; without it the arguments' shapes are described).
+``call(answer, *args, case=None, watch=None, **kwargs)`` runs the answer (``case``, keyword-only, names the case
+in a message when the answer raises or runs out of time: pass it always; ``watch=_Watch()`` refuses a number
+computed through float16 or bfloat16 tensors, and is passed by every checker that compares a float number).
 ``compare`` (tensors), ``compare_number`` (numbers) and ``pair`` (a tuple of results) raise ``Wrong``;
 ``NotAttempted`` marks a starter. ``randn(*shape, g=generator)`` and the ``atol``/``rtol`` arguments of
 ``compare`` still work as before (an ``rtol`` below 1e-4 is raised to it, the float32 floor). A shortcut
 an exercise forbids is caught by ``uses_keyword(answer, "label_smoothing")`` (the answer's source) and by
-``with forbidding(F, "cross_entropy", refused, why):`` around the call (the function as it runs).
+``call(answer, ..., watch=_Watch(refuse, why))`` (every torch call the answer makes, however the function was
+imported and its arguments passed).
 An answer given as None or ``...`` (a value exercise's untouched starter) is not attempted, as before; an
 exercise number that is not a string is a TypeError, an unknown one a ValueError.
 
@@ -65,6 +74,7 @@ floats. ``verdict(number, answer, seed=None, time_limit=None)`` returns ``(ok, m
 import ast
 import contextlib
 import copy
+import decimal
 import dis
 import inspect
 import math
@@ -83,6 +93,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 TIME_LIMIT = 20.0          # seconds per check, unless an exercise sets its own
 
@@ -394,12 +405,14 @@ def _names(f, args, kwargs):
         return {}
 
 
-def call(f, *args, case=None, **kwargs):
+def call(f, *args, case=None, watch=None, **kwargs):
     """Run the answer ``f`` on copies of the arguments and return its result.
 
     An untouched starter raises NotAttempted. The answer's own exceptions come back as a message naming
     ``case`` (or, without it, the arguments' shapes). An argument changed in place, a None returned, or a
-    body of ``pass`` raises Wrong.
+    body of ``pass`` raises Wrong. ``watch``, a ``_Watch``, watches the answer's torch calls as it runs: a
+    call it refuses, or (with ``watch.half_refused``) a float16 or bfloat16 tensor made along the way, raises
+    Wrong, even when the answer caught the refusal and went on.
     """
     _now.calls += 1
     label = case or f"call {_now.calls} ({', '.join(_describe(a) for a in args)})"
@@ -416,20 +429,24 @@ def call(f, *args, case=None, **kwargs):
     tee = _Tee(sys.stdout)
     _now.case, _now.in_answer = label, True
     try:
-        with contextlib.redirect_stdout(tee):
+        with contextlib.redirect_stdout(tee), watch if watch is not None else contextlib.nullcontext():
             out = f(*given, **given_kw)
     except _Forbidden as forbidden:
         raise Wrong(f"{label}: {name} {forbidden}") from None
     except Exception as error:
+        if watch is not None and watch.refused:
+            raise Wrong(f"{label}: {name} {watch.why}") from None
         raise _Raised(label, error) from error
     _now.in_answer = False          # (left True when time runs out in the answer, for verdict's message)
+    if watch is not None and watch.refused:
+        raise Wrong(f"{label}: {name} {watch.why}")
     names = _names(f, args, kwargs)
     changed = [(names.get(i, f"number {i + 1}"), a) for i, (a, b) in enumerate(zip(args, given, strict=True))
                if not _same(a, b)] + [(key, kwargs[key]) for key in kwargs if not _same(kwargs[key], given_kw[key])]
     for argument, original in changed[:1]:
         if isinstance(original, torch.nn.Module):
-            raise Wrong(f"{label}: {name} changed the model {argument} (its parameters, buffers or submodules): use "
-                        "the model as it is, and leave it as you found it.")
+            raise Wrong(f"{label}: {name} changed the model it was given as {argument} (its parameters, buffers or "
+                        "submodules): use the model as it is, and leave it as you found it.")
         raise Wrong(f"{label}: {name} changed its input {argument} in place (an operation such as x /= ..., "
                     "x[...] = ... or x.add_(...)): a function should leave its inputs as they were, so compute on a "
                     "new tensor (x = x / ...).")
@@ -438,7 +455,44 @@ def call(f, *args, case=None, **kwargs):
                                                           if tee.wrote else ": is a return statement missing?"))
     if out is Ellipsis:
         raise Wrong(f"{label}: {name} returned ... (Ellipsis): return the result itself.")
+    if watch is not None and watch.half_refused and watch.half is not None:
+        raise Wrong(f"{label}: {name} computed with {watch.half} tensors, which keep about {_HALF_DIGITS[watch.half]} "
+                    "significant digits, too few for this check: compute in float32 or float64.")
     return out
+
+
+# Half precision: about how many significant digits each keeps, said in the messages that refuse it.
+_HALF_DIGITS = {torch.float16: 3, torch.bfloat16: 2}
+
+
+class _Watch(TorchFunctionMode):
+    """Watches the torch calls of the answer that runs inside it (``call(..., watch=...)``).
+
+    It notes the dtype of the first float16 or bfloat16 tensor the answer makes (``half``; refused after the
+    call when ``half_refused``), and refuses each call that ``refuse(func, args, kwargs)`` flags: it raises
+    ``_Forbidden(why)`` and notes it (``refused``), so that an answer that catches the exception is still
+    refused. Every route to a torch function passes here, whatever name the answer imported it under and
+    however it passed the arguments: a Python function such as ``F.cross_entropy`` comes with its arguments
+    as its signature names them (``label_smoothing`` among the keywords, even when given by position).
+    """
+
+    def __init__(self, refuse=None, why="", half_refused=True):
+        super().__init__()
+        self.refuse, self.why, self.half_refused = refuse, why, half_refused
+        self.half, self.refused = None, False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.refuse is not None and self.refuse(func, args, kwargs):
+            self.refused = True
+            raise _Forbidden(self.why)
+        out = func(*args, **kwargs)
+        if self.half is None:
+            for t in out if isinstance(out, tuple | list) else (out,):
+                if isinstance(t, torch.Tensor) and t.dtype in _HALF_DIGITS:
+                    self.half = t.dtype
+                    break
+        return out
 
 
 # Comparing -----------------------------------------------------------------------------------------
@@ -462,11 +516,15 @@ def _num(x):
 
 
 def _tolerance(got, want, atol, rtol):
-    """Per-entry tolerance: rtol (|want| + 0.1 max|want|) + atol, rtol at least RTOL."""
+    """Per-entry tolerance: rtol (|want| + 0.1 max|want|) + atol, rtol at least RTOL, over the finite entries of
+    ``want``; 0 where ``want`` is infinite or NaN, which must be matched exactly (an infinite tolerance there
+    would let any number, or the other infinity, pass for -inf)."""
     rtol = max(rtol or 0.0, RTOL)
     w = want.to(torch.float64)
-    scale = w.abs().nan_to_num(0.0, 0.0, 0.0).max() if w.numel() else torch.tensor(0.0, dtype=torch.float64)
-    return rtol * (w.abs() + 0.1 * scale) + (atol or 0.0)
+    finite = w.isfinite()
+    size = w.abs().where(finite, torch.zeros_like(w))
+    scale = size.max() if w.numel() else torch.tensor(0.0, dtype=torch.float64)
+    return torch.where(finite, rtol * (size + 0.1 * scale) + (atol or 0.0), torch.zeros_like(w))
 
 
 def close(got, want, atol=None, rtol=None):
@@ -486,9 +544,10 @@ def close(got, want, atol=None, rtol=None):
         return False
     g, w = got.detach().to(torch.float64), want.to(torch.float64)
     nan = w.isnan()
-    if not torch.equal(g.isnan(), nan):
+    if not torch.equal(g.isnan(), nan):                     # NaN where NaN is expected, and only there
         return False
-    within = ((g - w).abs() <= _tolerance(got, want, atol, rtol).to(torch.float64)) | (g == w)   # g == w: equal infinities
+    # Finite entries within the tolerance; an infinite one (tolerance 0) only by the same infinity, g == w.
+    within = ((g - w).abs() <= _tolerance(got, want, atol, rtol)) | (g == w)
     return bool(within.logical_or(nan).all())
 
 
@@ -547,38 +606,77 @@ def compare(got, want, case, mistakes=(), hint="", what="output", atol=None, rto
     if want.dtype == torch.bool or not want.is_floating_point():
         wrong = got.to(want.dtype) != want
         index = tuple(wrong.nonzero()[0].tolist())
-        fail(f"{int(wrong.sum())} of {want.numel()} entries differ, the first at index {index}: "
+        fail(f"the {what}: {int(wrong.sum())} of {want.numel()} entries differ, the first at index {index}: "
              f"expected {_num(want[index].item())}, got {_num(got[index].item())}")
     g, w = got.to(torch.float64), want.to(torch.float64)
-    tol = _tolerance(got, want, atol, rtol).to(torch.float64)
+    odd = ((g != w) & ~(g.isnan() & w.isnan())) & ~(g.isfinite() & w.isfinite())
+    if odd.any():                       # an infinity or NaN where it should not be, or missing where it should
+        index = tuple(odd.nonzero()[0].tolist())
+        fail(f"the {what}: {int(odd.sum())} of {want.numel()} entries differ where one of them is not finite, the "
+             f"first at index {index}: expected {_num(w[index].item())}, got {_num(g[index].item())}")
+    tol = _tolerance(got, want, atol, rtol)
     error = (g - w).abs()
     ratio = (error / tol.clamp_min(1e-300)).nan_to_num(float("inf"), float("inf"))
     ratio[(w.isnan() & g.isnan()) | (g == w)] = 0
     index = tuple(int(i) for i in torch.unravel_index(ratio.argmax(), want.shape))
     expected, obtained = _shown(w[index].item(), g[index].item())
-    fail(f"{int((ratio > 1).sum())} of {want.numel()} entries differ, the largest error {error[index].item():.2g} at "
-         f"index {index}: expected {expected}, got {obtained}")
+    fail(f"the {what}: {int((ratio > 1).sum())} of {want.numel()} entries differ, the largest error "
+         f"{error[index].item():.2g} at index {index}: expected {expected}, got {obtained}")
+
+
+def _kind(got):
+    """What ``got`` is, for a message: 'a tensor of shape (1,)', 'float 7.0', 'str '7''."""
+    if isinstance(got, torch.Tensor):
+        return f"a tensor of shape {tuple(got.shape)}" if got.dim() else f"a 0-d {got.dtype} tensor"
+    if isinstance(got, np.ndarray):
+        return f"a NumPy array of shape {got.shape}" if got.ndim else f"a 0-d NumPy {got.dtype} array"
+    return type(got).__name__ + (f" {got!r}" if isinstance(got, float | str | bool | np.floating) else "")
+
+
+def _one(got, case, what, one):
+    """``got`` unwrapped from a 0-d tensor or array (checked for a real, full-precision dtype), or Wrong saying that
+    a tensor or array of another shape is not ``one`` (a number, an integer)."""
+    if isinstance(got, torch.Tensor | np.ndarray) and got.ndim != 0:
+        size = got.numel() if isinstance(got, torch.Tensor) else got.size
+        raise Wrong(f"{case}: the {what} should be {one}, got {_kind(got)}"
+                    + (": take its one entry with .item()" if size == 1 else ""))
+    if isinstance(got, torch.Tensor):
+        if got.dtype == torch.bool or got.is_complex():
+            raise Wrong(f"{case}: the {what} should be a real number, got a {got.dtype} tensor")
+        if got.dtype in _HALF_DIGITS:
+            raise Wrong(f"{case}: the {what} is a {got.dtype} number, which keeps about {_HALF_DIGITS[got.dtype]} "
+                        "significant digits, too few for this check: compute in float32 or float64.")
+        return got.item()
+    if isinstance(got, np.ndarray):
+        got = got[()]                                          # a 0-d array: its NumPy scalar
+    if isinstance(got, np.float16):
+        raise Wrong(f"{case}: the {what} is a NumPy float16 number, which keeps about 3 significant digits, too few "
+                    "for this check: compute in float32 or float64.")
+    return got
 
 
 def _as_number(got, case, what):
-    """``got`` as an int or a float, or ``Wrong`` saying why it is not a number."""
-    kind = type(got).__name__
+    """``got`` as an int or a float, or ``Wrong`` saying why it is not a number: any real number (int, float,
+    Fraction, Decimal, NumPy scalar, 0-d tensor), but not a bool, a string, a tensor of another shape, or a
+    float16 or bfloat16 number (too few digits for any check here)."""
     if isinstance(got, bool | np.bool_):
         raise Wrong(f"{case}: the {what} should be a number, got a bool ({got})")
-    if isinstance(got, torch.Tensor):
-        if got.numel() != 1 or got.dim() != 0:
-            raise Wrong(f"{case}: the {what} should be one number, got a tensor of shape {tuple(got.shape)}")
-        if got.dtype == torch.bool or got.is_complex():
-            raise Wrong(f"{case}: the {what} should be a real number, got a {got.dtype} tensor")
+    got = _one(got, case, what, "one number")
+    if isinstance(got, bool | np.bool_):
+        raise Wrong(f"{case}: the {what} should be a number, got a bool ({got})")
+    if isinstance(got, np.generic) and got.dtype.kind in "iuf":
         return got.item()
-    if isinstance(got, np.ndarray) and got.ndim == 0 and got.dtype.kind in "iuf":
-        return got.item()
-    if isinstance(got, numbers.Integral):
+    if isinstance(got, numbers.Rational) and got.denominator == 1:
         return int(got)
-    if isinstance(got, numbers.Real):
-        return float(got)
-    raise Wrong(f"{case}: the {what} should be a number, got {kind}"
-                + (f" {got!r}: return the number itself, not text" if isinstance(got, str) else ""))
+    if isinstance(got, numbers.Real | decimal.Decimal):
+        if isinstance(got, decimal.Decimal) and got.is_finite() and got == got.to_integral_value():
+            return int(got)
+        try:
+            return float(got)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    raise Wrong(f"{case}: the {what} should be a number, got {_kind(got)}"
+                + (": return the number itself, not text" if isinstance(got, str) else ""))
 
 
 def _big(x):
@@ -628,22 +726,6 @@ def pair(out, case, names):
 
 def randn(*shape, g):
     return torch.randn(*shape, generator=g, dtype=torch.float64)
-
-
-@contextlib.contextmanager
-def forbidding(module, attribute, refused, why):
-    """Within the block, a call of ``module.attribute`` that ``refused(*args, **kwargs)`` flags raises Wrong(why)."""
-    original = getattr(module, attribute)
-
-    def guarded(*args, **kwargs):
-        if refused(*args, **kwargs):
-            raise _Forbidden(why)
-        return original(*args, **kwargs)
-    setattr(module, attribute, guarded)
-    try:
-        yield
-    finally:
-        setattr(module, attribute, original)
 
 
 class _Forbidden(Exception):
@@ -713,7 +795,7 @@ def _(answer):
     hidden = [(r_.log_uniform(0.1, 100.0), r_.log_uniform(0.1, 100.0)) for _ in range(4)]
     for case, (r, rho) in cases([(9.0, 4.0), (0.25, 3.0), (100.0, 0.5), (2.0, 8.0)], hidden,
                                 lambda r, rho: f"query norm r = {r:.4g}, key norm rho = {rho:.4g}"):
-        h = call(answer, r, rho, case=case)
+        h = call(answer, r, rho, case=case, watch=_Watch())
         compare_number(h, math.sqrt(rho / r), case, what="bandwidth", rtol=1e-5, mistakes=[
             (1 / math.sqrt(r), "The keys' norm matters too: the query point is rho u, and |rho u - k|^2 = 2 rho^2 - 2 rho u.k."),
             (rho / r, "That is h^2: take the square root."),
@@ -833,7 +915,7 @@ def _(answer):
             (float(torch.exp(m * delta)[delta > w].sum() / torch.exp(m * delta).sum()), "The bias is -m delta: "
                                                                                           "the weight falls with distance."),
         ]
-        compare_number(call(answer, m, T, w, case=case), want, case, atol=1e-12, mistakes=mistakes,
+        compare_number(call(answer, m, T, w, case=case, watch=_Watch()), want, case, atol=1e-12, mistakes=mistakes,
                        hint="With equal content scores the weights are softmax(-m delta) over delta = 0 .. T - 1.")
 
 
@@ -891,13 +973,34 @@ def _(answer):
             (2 * w * log_z / V / N + 0 * p, "d log Z / dz_j is softmax(z)_j, not 1 / V."),
             (2 * log_z * p / N, "Multiply by the weight w."),
             (2 * w * z * p / N, "Use log Z = logsumexp(z) over the row, not the logits themselves."),
+            (-want, "The sign is flipped: the gradient of w (log Z)^2 is +2 w log Z softmax(z) / N, and yours is its "
+                    "negative."),
         ]
         compare(call(answer, z, w, case=case), want, case, what="gradient", mistakes=mistakes,
                 hint="d/dz_j of w mean_rows (log Z)^2 is 2 w log Z softmax(z)_j / N.")
 
 
-_SMOOTHING = ("uses F.cross_entropy's label_smoothing, which the exercise asks you to do without: build the "
-              "smoothed targets yourself (F.cross_entropy with the targets as probabilities is fine).")
+_SMOOTHING = ("uses label_smoothing, which the exercise asks you to do without (in F.cross_entropy or "
+              "nn.CrossEntropyLoss, however it is passed): build the smoothed targets yourself (F.cross_entropy with "
+              "the targets as probabilities is fine).")
+
+
+def _label_smoothing(func, args, kwargs):
+    """Whether a torch call is a cross-entropy with label smoothing, passed by keyword or by position."""
+    if func is F.cross_entropy or func is _CROSS_ENTROPY:
+        position = 7                   # (input, target, weight, size_average, ignore_index, reduce, reduction, eps)
+    elif func is torch._C._nn.cross_entropy_loss:
+        position = 5                   # (input, target, weight, reduction, ignore_index, label_smoothing)
+    else:
+        return False
+    value = kwargs.get("label_smoothing", args[position] if len(args) > position else 0.0)
+    try:
+        return float(value) != 0.0
+    except (TypeError, ValueError, RuntimeError):
+        return True
+
+
+_CROSS_ENTROPY = F.cross_entropy
 
 
 @exercise("9.4.3", "Your loss matches cross-entropy against the smoothed targets (1 - eps) one-hot + eps / V.")
@@ -926,9 +1029,7 @@ def _(answer):
             ((-((1 - eps) * one_hot + eps / V) * torch.softmax(z, -1)).sum(-1).mean().item(),
              "Use log-probabilities (log_softmax), not probabilities."),
         ]
-        refused = lambda *args, **kwargs: kwargs.get("label_smoothing", 0.0) != 0.0  # noqa: E731
-        with forbidding(F, "cross_entropy", refused, _SMOOTHING):
-            got = call(answer, z, t, eps, case=case)
+        got = call(answer, z, t, eps, case=case, watch=_Watch(_label_smoothing, _SMOOTHING))
         compare_number(got, want.sum(-1).mean().item(), case, what="loss", rtol=1e-5, mistakes=mistakes,
                        hint="Targets (1 - eps) for the true class plus eps / V for every class; "
                             "loss -sum(target * log_softmax(z)).")
@@ -972,7 +1073,9 @@ def _(answer):
     empty = (torch.full((2, 1), float("-inf"), dtype=torch.float64), torch.zeros(2, 1, dtype=torch.float64),
              torch.zeros(2, 3, dtype=torch.float64))
     got = pair(call(answer, empty, tuple(t.clone() for t in empty), case=case), case, ("m", "l", "acc"))
-    for what, got_x, want in zip(("maximum m", "normalizer l", "sum acc"), got, empty, strict=True):
+    compare(got[0], empty[0], case, what="maximum m", hint="A query that saw no key keeps m = -inf, the maximum of "
+                                                           "nothing, in the merged state too: change only the shift.")
+    for what, got_x, want in zip(("normalizer l", "sum acc"), got[1:], empty[1:], strict=True):
         compare(got_x, want, case, what=what, hint="exp(m_a - m) is exp(-inf - (-inf)) = NaN here: where m is -inf, "
                                                      "shift by 0 instead (torch.where), as tiled_attention does.")
 
@@ -1009,6 +1112,11 @@ def _(answer):
             (want * 8, "Count bytes, not bits: bytes_per is already in bytes."),
             (want // d_head, "Each head caches a vector of d_head numbers per token: multiply by d_head."),
         ]
+        wrapped = (want + 2 ** 31) % 2 ** 32 - 2 ** 31              # the product computed in int32, wrapped around
+        if wrapped != want:
+            mistakes.append((wrapped, f"{wrapped:,} is what this product gives when computed in int32 (a torch.int32 or "
+                                      f"NumPy int32 tensor), which wraps around past {2 ** 31 - 1:,}: compute it in "
+                                      "Python ints or int64."))
         compare_number(call(answer, layers, heads, kv_heads, d_head, T, batch, nbytes, case=case), want, case, exact=True,
                        what="number of bytes", mistakes=mistakes,
                        hint="2 (keys and values) x layers x kv_heads x d_head x T x batch x bytes per number.")
@@ -1043,7 +1151,9 @@ def _(answer):
                    "offsets the same entry.")
 def _(answer):
     r = fresh()
-    for case, M in cases([2, 3, 7], [r.integer(1, 9) for _ in range(2)], lambda M: f"window {M} x {M}"):
+    # The first hidden window is never a shown one nor M = 1 (whose index, [[0]], a table's fallback of zeros
+    # gets right), so that a table of the shown cases fails on every check; the second is any M up to 9.
+    for case, M in cases([2, 3, 7], [r.choice([4, 5, 6, 8, 9]), r.integer(1, 9)], lambda M: f"window {M} x {M}"):
         y, x = torch.div(torch.arange(M * M), M, rounding_mode="floor"), torch.arange(M * M) % M
         dy, dx = y[:, None] - y[None, :], x[:, None] - x[None, :]          # query minus key
         want = (dy + M - 1) * (2 * M - 1) + (dx + M - 1)
@@ -1086,16 +1196,14 @@ def _(answer):
 
 
 # New experiment exercises (9.1.3, 9.2.2, 9.3.1, 9.4.1, 9.5.3, 9.A.*) ---------------------------------
-# Each check draws fresh cases (a new seed every time), computes what it expects before the answer runs,
-# hands the answer copies or checks that its inputs are unchanged, and checks the type of what comes back.
-
-import numbers as _numbers  # noqa: E402
-import random as _random  # noqa: E402
-
+# Each check draws fresh cases (from ``fresh()``: a new seed every time, or verdict's ``seed``), computes what
+# it expects before the answer runs, hands the answer copies through ``call`` (which names the case and tells
+# an answer that changed its input so), and checks the type of what comes back.
 
 def _fresh():
-    """A generator seeded afresh at each check, so that no case can be learned from a message."""
-    return torch.Generator().manual_seed(_random.SystemRandom().randrange(2**31))
+    """A torch generator for this check's cases, seeded from ``fresh()``: afresh at each check, so that no case
+    can be learned from a message, and reproducible under ``verdict(..., seed=...)``."""
+    return torch.Generator().manual_seed(fresh().integer(0, 2 ** 31 - 1))
 
 
 def _pick(g, options):
@@ -1103,42 +1211,28 @@ def _pick(g, options):
 
 
 def _integer(got, case, what, inf_ok=False):
-    """``got`` as an int: Python or NumPy integers and 0-d integer tensors; never a bool, float or string
-    (with ``inf_ok``, also infinity: math.inf, as ``min`` of nothing)."""
-    if inf_ok and isinstance(got, _numbers.Real | torch.Tensor) and not isinstance(got, bool) and \
-            (not isinstance(got, torch.Tensor) or got.dim() == 0) and float(got) == math.inf:
+    """``got`` as an int: Python or NumPy integers and 0-d integer tensors; never a bool, float or string, nor a
+    tensor of shape (1,) (with ``inf_ok``, also infinity: math.inf, as ``min`` of nothing)."""
+    if isinstance(got, bool | np.bool_):
+        raise Wrong(f"{case}: the {what} should be an integer, got a bool ({got})")
+    value = _one(got, case, what, "one integer" + (" or math.inf" if inf_ok else ""))
+    if inf_ok and isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_) and value == math.inf:
         return math.inf
-    if isinstance(got, torch.Tensor) and got.dim() == 0 and not got.is_floating_point() and got.dtype != torch.bool:
-        return int(got)
-    if isinstance(got, _numbers.Integral) and not isinstance(got, bool):
-        return int(got)
-    raise Wrong(f"{case}: the {what} should be an integer{' or math.inf' if inf_ok else ''}, got {type(got).__name__}"
-                + (f" {got!r}" if isinstance(got, float | str | bool) else ""))
-
-
-def _real(got, case, what):
-    """``got`` as a float: a Python, NumPy or 0-d floating-point tensor number; never a bool or string."""
-    if isinstance(got, torch.Tensor) and got.dim() == 0 and got.dtype != torch.bool:
-        return float(got)
-    if isinstance(got, _numbers.Real) and not isinstance(got, bool):
-        return float(got)
-    raise Wrong(f"{case}: the {what} should be a number, got {type(got).__name__}")
-
-
-def _unchanged(before, after, case, what):
-    if any(not torch.equal(a, b) for a, b in zip(before, after, strict=True)):
-        raise Wrong(f"{case}: your function changed its input {what}; work on a copy (x.clone()) or without "
-                    "in-place operations.")
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
+        return int(value)
+    raise Wrong(f"{case}: the {what} should be an integer{' or math.inf' if inf_ok else ''}, got {_kind(got)}")
 
 
 # 9.1.3: decoding the reversal model with some source positions hidden ----------------------------------
 
-def _decode_hiding(model, source, offsets, relative=1, copied=True, renormalize=True, context=True, wrap=False):
-    """Greedy decoding with source positions n - 1 - t + o, o in offsets, hidden at output step t."""
+def _decode_hiding(model, source, offsets, relative=1, copied=True, renormalize=True, context=True, wrap=False,
+                   teacher=False, tanh=True):
+    """Greedy decoding with source positions n - 1 - t + o, o in offsets, hidden at output step t (``teacher``:
+    the mistake of feeding the true reversed digit instead of the model's own prediction)."""
     n = source.shape[1]
     with torch.no_grad():
         h, _ = model.encoder(model.embed(source))
-        s = torch.tanh(model.init(h.mean(1)))
+        s = torch.tanh(model.init(h.mean(1))) if tanh else model.init(h.mean(1))
         prev = torch.full_like(source[:, 0], model.vocab)
         logits, weights = [], []
         for t in range(n):
@@ -1157,8 +1251,12 @@ def _decode_hiding(model, source, offsets, relative=1, copied=True, renormalize=
             logit = model.out(torch.cat([s, c], -1))
             logits.append(logit)
             weights.append(a)
-            prev = logit.argmax(-1)
+            prev = source[:, n - 1 - t] if teacher else logit.argmax(-1)
     return torch.stack(logits, 1), torch.stack(weights, 1)
+
+
+_OWN_PREDICTION = ("Feed the model's own previous prediction, the argmax of its last logits, as AttentionSeq2Seq.forward "
+                   "does without a target: the true digit source[:, n - 1 - t] is teacher forcing.")
 
 
 @exercise("9.1.3", "With the positions you hid, your decoder's weights and logits are those of the model's own "
@@ -1178,16 +1276,18 @@ def _(answer):
             model = AttentionSeq2Seq(10, d, AdditiveAttention(d, d, d)).eval()
             with torch.no_grad():
                 model.out.weight.mul_(8.0)          # clear winners: greedy decoding does not hinge on rounding
+                # An initial state tanh(init(mean h)) well inside tanh's bend, so that forgetting the tanh moves the
+                # first weights by many times the tolerance, not by about as much (3e-5 against 1e-5 at scale 1).
+                model.init.weight.mul_(8.0)
         source = torch.randint(10, (B, n), generator=g)
         want_logits, want_w = _decode_hiding(model, source, offsets)
-        state = {name: p.clone() for name, p in model.state_dict().items()}
-        attention, source_copy = model.attention, source.clone()
-        got = pair(call(answer, model, source_copy, offsets), case, ("logits", "weights"))
-        if model.attention is not attention or any(not torch.equal(p, state[name]) for name, p in model.state_dict().items()):
-            raise Wrong(f"{case}: your function changed the model (its attention or its parameters): "
-                        "decode with the model as it is, and leave it as you found it.")
-        _unchanged([source], [source_copy], case, "source")
+        teacher_logits, teacher_w = _decode_hiding(model, source, offsets, teacher=True)
+        # (call hands the answer a copy of the model and of the source, and tells an answer that changed them so.)
+        got = pair(call(answer, model, source, offsets, case=case), case, ("logits", "weights"))
         compare(got[1], want_w, case, what="weights", atol=1e-5, rtol=1e-4, mistakes=[
+            (teacher_w, _OWN_PREDICTION),
+            (_decode_hiding(model, source, offsets, tanh=False)[1],
+             "The decoder starts from s = tanh(init(mean of h)), as AttentionSeq2Seq.forward does: the tanh is missing."),
             (_decode_hiding(model, source, offsets, relative=-1)[1],
              "Offset +1 is the position after the one being copied: n - 1 - t + 1, not n - 1 - t - 1."),
             (_decode_hiding(model, source, offsets, copied=False)[1],
@@ -1201,6 +1301,7 @@ def _(answer):
              "c = sum_i a_i h_i with the new a."),
         ], hint="At step t hide positions n - 1 - t + o for each offset o, then renormalize the other weights.")
         compare(got[0], want_logits, case, what="logits", atol=1e-4, rtol=1e-4, mistakes=[
+            (teacher_logits, _OWN_PREDICTION),
             (_decode_hiding(model, source, offsets, context=False)[0],
              "Your weights are right, but the context still comes from the old ones: c = sum_i a_i h_i with the new a."),
         ], hint="Your weights are right: feed the context sum_i a_i h_i and your own previous prediction, as "
@@ -1234,7 +1335,10 @@ def _layer(g, d, T, kind):
     """A hidden layer (or stack) of the given kind, its sizes drawn from g, and how far back its last output sees."""
     if kind == "conv":
         k, dilation = _pick(g, (2, 3, 4, 5)), _pick(g, (1, 2, 3))
-        return torch.nn.Sequential(_Conv(d, k, dilation)), max(j * dilation for j in range(k) if j * dilation < T)
+        conv = _Conv(d, k, dilation)
+        with torch.no_grad():
+            conv.conv.weight[..., -1] *= 0.1        # a weak tap at the output's own position: its largest gradient is
+        return torch.nn.Sequential(conv), max(j * dilation for j in range(k) if j * dilation < T)   # farther back
     if kind == "window":
         w = _pick(g, (2, 3, 5, 8))
         return torch.nn.Sequential(_Window(d, w)), min(w - 1, T - 1)
@@ -1244,14 +1348,25 @@ def _layer(g, d, T, kind):
     if kind == "attention":
         return torch.nn.Sequential(_Window(d, None)), T - 1
     if kind == "faint":
-        # The farthest tap's weights are all 1e-6: a gradient threshold near 1e-4 misses it, while moving that
-        # input by 1 still moves a float32 output by d * 1e-6, several ulps, so a perturbation test sees it.
-        k, dilation = _pick(g, (2, 3, 4)), _pick(g, (1, 2))
-        conv = _Conv(d, k, dilation)
+        # Four taps, at distances 3 dil (every weight FAINT: the reach), 2 dil (0.1), dil (0.3: the largest gradient)
+        # and 0 (drawn, times 0.1), and a bias of 12: for d = 2 and a random normal input each output is 12 +- about
+        # 0.5, never outside [8, 16), where a float32 ulp is 2^-20 = 9.5e-7. Moving the farthest input by 1, in one
+        # channel or in both, moves every output by 4e-6 or 8e-6, 4 to 8 ulps: an exact comparison always sees it,
+        # and so does a gradient test (the gradient there is 8e-6, not 0), while torch.allclose's default tolerance,
+        # 1e-8 + 1e-5 |y| >= 8e-5, is 10 times larger and never does; a gradient threshold of 1e-4 misses it too
+        # (summed over both channels the gradient is 1.6e-5), but sees the tap 2 dil back.
+        dilation = _pick(g, (1, 2, 3))
+        conv = _Conv(d, 4, dilation)
         with torch.no_grad():
-            conv.conv.weight[..., 0] = 1e-6
-        return torch.nn.Sequential(conv), (k - 1) * dilation
+            weight = conv.conv.weight                               # (d, d, 4): tap 0 is the farthest input
+            weight[..., 3] *= 0.1
+            weight[..., 2], weight[..., 1], weight[..., 0] = 0.3, 0.1, _FAINT
+            conv.conv.bias.fill_(12.0)
+        return torch.nn.Sequential(conv), 3 * dilation
     return torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.Tanh()), 0
+
+
+_FAINT = 4e-6                   # the faint tap's weights (see _layer)
 
 
 @exercise("9.2.2", "Your measurement finds how far back the last output sees for a convolution, one whose farthest "
@@ -1265,19 +1380,42 @@ def _(answer):
     kinds = ("conv", "window", "stack", "faint", "attention", "pointwise")
     for k, kind in enumerate(kinds, 1):
         T, d = _pick(g, (12, 16, 20, 24)), _pick(g, (2, 4))
+        d = 2 if kind == "faint" else d             # (the faint case's margins, in _layer, are worked out for d = 2)
         with torch.random.fork_rng():
             torch.manual_seed(int(torch.randint(2**31, (1,), generator=g)))
             layer, want = _layer(g, d, T, kind)
-        case = f"case {k} of {len(kinds)} (a hidden layer, T = {T}, d = {d})"
-        got = _integer(call(answer, layer, T, d), case, "reach")
-        compare_number(got, want, case, exact=True, what="reach", mistakes=[
+        # What each mistake gives on this layer, from the gradient at a random input of our own: the last input that
+        # matters is the output's own (T - 1) for every layer here; a convolution's gradient is the same for every
+        # input, so its largest one and those above a threshold are the answer's too.
+        x = torch.randn(1, T, d, generator=g, requires_grad=True)
+        with torch.enable_grad():
+            (grad,) = torch.autograd.grad(layer(x)[0, -1].sum(), x)
+        size = grad[0].abs().sum(-1)                                       # (T,)
+        mistakes = [
             (T - 1 - want, "Return the distance back, T - 1 minus the earliest input that matters, not that input's index."),
             (want + 1, "Count distances: a layer whose last output sees only its own input has reach 0."),
-            (0, "Differentiate the last output, position T - 1, with respect to the whole input."),
             (T - 1, "Differentiate the last output alone: an earlier output, or the sum of all outputs, sees other "
                     "inputs."),
-        ], hint="x (1, T, d) with requires_grad; differentiate layer(x)[0, -1].sum(); the reach is T - 1 minus the "
-                "first position whose gradient is not exactly zero.")
+            (T - 1 - int((size > 0).nonzero()[-1]), "That is the distance to the nearest input the last output depends "
+                                                      "on, its own: the reach is to the farthest, the earliest position "
+                                                      "whose gradient is not exactly zero (not the latest such position, "
+                                                      "nor the one with the largest gradient)."),
+        ]
+        if kind in ("conv", "faint"):
+            mistakes += [
+                (T - 1 - int(size.argmax()), "That is the input with the largest gradient: the reach counts any "
+                                             "dependence, however weak, so take the earliest position whose gradient "
+                                             "is not exactly zero."),
+                (T - 1 - int((size > 1e-4).nonzero()[0]), "A small effect is still a dependence: this layer's farthest "
+                                                            "input has a tiny weight, so count every gradient (or change "
+                                                            "of the output) that is not exactly zero, with no threshold or "
+                                                            "tolerance such as torch.allclose's."),
+            ]
+        case = f"case {k} of {len(kinds)} (a hidden layer, T = {T}, d = {d})"
+        got = _integer(call(answer, layer, T, d, case=case), case, "reach")
+        compare_number(got, want, case, exact=True, what="reach", mistakes=mistakes,
+                       hint="x (1, T, d) with requires_grad; differentiate layer(x)[0, -1].sum(); the reach is T - 1 "
+                            "minus the first position whose gradient is not exactly zero.")
 
 
 # 9.3.1: the content advantage that overrides ALiBi's penalty ---------------------------------------------
@@ -1306,7 +1444,7 @@ def _(answer):
         return f"slope {slope}, T = {T}, a key {delta} back"
     for case, (m, T, delta) in cases(shown, hidden, describe):
         want = _advantage(m, T, delta)
-        got = _real(call(answer, m, T, delta, case=case), case, "advantage")
+        got = call(answer, m, T, delta, case=case, watch=_Watch())
         compare_number(got, want, case, what="advantage", mistakes=[
             (_advantage(m, T, delta, others=False), "The other T - 1 keys compete: half the weight means "
                                                      "exp(b - m delta) equals the sum of their weights."),
@@ -1346,13 +1484,13 @@ def _(answer):
                     p.mul_(2.0)                             # a stream that visibly grows
         x = 3 * torch.randn(B, T, d, generator=g) + 1      # a mean away from zero, so RMS and std differ
         want = _stream(blocks, x)
-        x_copy = x.clone()
-        got = call(answer, blocks, x_copy)
-        _unchanged([x], [x_copy], case, "x")
-        if isinstance(got, list | tuple) and all(isinstance(v, _numbers.Real | torch.Tensor) for v in got):
+        got = call(answer, blocks, x, case=case)
+        if isinstance(got, list | tuple) and all(isinstance(v, numbers.Real | torch.Tensor) for v in got):
             raise Wrong(f"{case}: return a tensor of {L} numbers (torch.stack or torch.tensor), got a {type(got).__name__}")
         compare(got, want, case, what="RMS after each block", atol=1e-5, rtol=1e-4, mistakes=[
             (_stream(blocks, x, inputs=True), "One value per block, after it: leave out the input."),
+            (_stream(blocks, x, inputs=True)[:-1], "Measure after each block, not before it: the first value is the "
+                                                   "RMS of block 1's output, the last that of the final block's."),
             (_stream(blocks, x, reduce="norm"), "The RMS is the square root of the mean of the squares, not the norm."),
             (_stream(blocks, x, reduce="std"), "The RMS does not subtract the mean: sqrt(mean(x ** 2))."),
             (_stream(blocks, x, normalized=True), "Measure the stream itself, x after each block, not its normalized copy."),
@@ -1408,9 +1546,7 @@ def _(answer):
         want = _diameter(pattern)
         kinds.append(want)
         case = f"case {k} of 6 (a hidden {T} x {T} pattern)"
-        copy_ = pattern.clone()
-        got = _integer(call(answer, copy_), case, "number of layers", inf_ok=True)
-        _unchanged([pattern], [copy_], case, "pattern")
+        got = _integer(call(answer, pattern, case=case), case, "number of layers", inf_ok=True)
         if want == math.inf or got == math.inf:
             if got != want:
                 raise Wrong(f"{case}: expected {want}, got {got}. " + (
@@ -1438,9 +1574,7 @@ def _(answer):
         s = tau * torch.randn(n, generator=g, dtype=torch.float64)     # s / tau of unit scale: no saturated entries
         want = torch.autograd.functional.jacobian(lambda z, tau=tau: torch.softmax(z / tau, 0), s)
         p, p1 = torch.softmax(s / tau, 0), torch.softmax(s, 0)
-        s_copy = s.clone()
-        got = call(answer, s_copy, tau)
-        _unchanged([s], [s_copy], case, "s")
+        got = call(answer, s, tau, case=case)
         compare(got, want, case, what="Jacobian", atol=1e-6, rtol=1e-4, mistakes=[
             (torch.diag(p) - torch.outer(p, p), "The chain rule through s / tau gives a factor 1 / tau."),
             ((torch.diag(p) - torch.outer(p, p)) * tau, "The factor is 1 / tau, not tau."),
@@ -1484,9 +1618,7 @@ def _(answer):
         slope = torch.tensor(m, dtype=torch.float64, requires_grad=True)
         (_slope_forward(q, k_, v, slope) * d_out).sum().backward()
         want = slope.grad.item()
-        copies = [t.clone() for t in (q, k_, v, d_out)]
-        got = _real(call(answer, *copies[:3], m, copies[3]), case, "gradient")
-        _unchanged([q, k_, v, d_out], copies, case, "q, k, v or d_out")
+        got = call(answer, q, k_, v, m, d_out, case=case, watch=_Watch())
         compare_number(got, want, case, what="gradient", mistakes=[
             (_slope_grad(q, k_, v, m, d_out, "plus").item(), "The bias is -m (i - j): its derivative in m is -(i - j)."),
             (_slope_grad(q, k_, v, m, d_out, "no_D").item(), "dS_ij = P_ij (dP_ij - D_i): the row term "

@@ -130,6 +130,18 @@ def _cuda_peak(fn, device):
     return highest - base
 
 
+def _sizes(values, name):
+    """``values``, a sequence of positive ints (a list, range, array or tensor), as a list of ``int``."""
+    if hasattr(values, "tolist"):
+        values = values.tolist()                          # an array or tensor: its truth value is ambiguous
+    if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{name} must be a sequence of positive ints, got {values!r:.60}")
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} must be positive ints, got {values!r}")
+    return [positive_int(v, f"every one of {name}") for v in values]
+
+
 def attention_inputs(d=64, heads=1, dtype=torch.float32):
     """``inputs(T, generator, device) -> (q, k, v)``, each ``(1, heads, T, d)``: what ``timings`` and
     ``peak_memories`` give attention methods."""
@@ -149,9 +161,7 @@ def peak_memories(methods, lengths, d=64, heads=1, device=None, dtype=torch.floa
     """
     if not methods:
         raise ValueError("give at least one method")
-    if not lengths:
-        raise ValueError(f"lengths must be positive ints, got {lengths!r}")
-    lengths = [positive_int(T, "every one of lengths") for T in lengths]
+    lengths = _sizes(lengths, "lengths")
     device = torch.device("cpu" if device is None else device)
     inputs = attention_inputs(d, heads, dtype)
     g = torch.Generator(device=device).manual_seed(seed)
@@ -257,6 +267,8 @@ class Timings:
     def rate(self, name):
         """Counted FLOPs per second of ``name`` at every size, as a fraction of the reference's best rate
         (over all sizes, measured in the same rounds): the most this machine did on that shape."""
+        if not self.reference:
+            raise ValueError("a rate is a fraction of the reference's: these timings were measured without one")
         best = max(f / t for f, t in zip(self.flops[self.reference], self.median(self.reference), strict=True))
         return [f / t / best for f, t in zip(self.flops[name], self.median(name), strict=True)]
 
@@ -337,14 +349,16 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
 
     if not methods:
         raise ValueError("give at least one method")
-    if not sizes:
-        raise ValueError(f"sizes must be positive ints, got {sizes!r}")
-    sizes = [positive_int(s, "every one of sizes") for s in sizes]
+    sizes = _sizes(sizes, "sizes")
     if attempts is None:
-        attempts = int(os.environ.get("BOOK_TIMING_ATTEMPTS", "3"))
+        env = os.environ.get("BOOK_TIMING_ATTEMPTS", "3")
+        attempts = positive_int(int(env) if env.strip().isdecimal() else env, "the environment's BOOK_TIMING_ATTEMPTS")
     rounds, attempts = positive_int(rounds, "rounds"), positive_int(attempts, "attempts")
     if rounds < 3:
         raise ValueError(f"rounds must be at least 3 for an IQR, got {rounds}")
+    block, spread = positive_float(block, "block"), positive_float(spread, "spread")
+    if not (isinstance(margin, int | float) and not isinstance(margin, bool) and 0 <= margin < float("inf")):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
     device = torch.device("cpu" if device is None else device)
     calls = {name: (fn, inputs) for name, fn in methods.items()}
     if reference is not None:
@@ -360,9 +374,9 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
     args = {(name, s): make(s, g, device) for s in sizes for name, (_, make) in calls.items()}
     with torch.no_grad():
         flops = {name: [count_flops(calls[name][0], *args[name, s]) for s in sizes] for name in names}
-    block, spread = positive_float(block, "block"), positive_float(spread, "spread")
-    if not (isinstance(margin, int | float) and not isinstance(margin, bool) and 0 <= margin < float("inf")):
-        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    if reference is not None and not any(flops[ref_name]):        # every rate would divide by its best, 0
+        raise ValueError(f"the reference {ref_name!r} counts no FLOPs at any size (FlopCounterMode counts matrix"
+                         " products and attention), so it has no FLOP rate to measure the methods' against")
     rules = {"margin": margin, "spread": spread, "rounds": rounds}
     for attempt in range(1, attempts + 1):
         with torch.no_grad(), set_torch_threads(1):

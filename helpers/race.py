@@ -12,6 +12,7 @@ import pickle
 import queue as queues
 import signal
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -26,8 +27,11 @@ from helpers.data import adding_problem_batch
 from helpers.models import AddingTransformer, RecurrentRegressor
 from helpers.train import train_and_evaluate
 
+# The transformer's learned position embeddings fix its sequence length (the recurrent models take any):
+# Result.model() rebuilds it without a setup, so a race with the transformer runs at this length.
+TRANSFORMER_LENGTH = 100
 MODELS = {
-    "transformer": lambda: AddingTransformer(features=2, length=100, d=64, heads=4),
+    "transformer": lambda: AddingTransformer(features=2, length=TRANSFORMER_LENGTH, d=64, heads=4),
     "GRU": lambda: RecurrentRegressor("gru", features=2, hidden=64),
     "RNN": lambda: RecurrentRegressor("rnn", features=2, hidden=64),
 }
@@ -41,7 +45,7 @@ SLOWEST_FIRST = ("GRU", "transformer", "RNN")
 class Setup:
     """The race's setup, shared by every model: data, optimizer, budget and evaluation."""
 
-    length: int = 100          # sequence length
+    length: int = 100          # sequence length, even (a marker per half); the transformer's is TRANSFORMER_LENGTH
     batch: int = 64            # a fresh batch every step
     steps: int = 1500
     lr: float = 1e-3           # Adam
@@ -55,6 +59,8 @@ class Setup:
     def __post_init__(self):
         for name in ("length", "batch", "steps", "test_size", "every"):
             positive_int(getattr(self, name), name)
+        if self.length % 2:
+            raise ValueError(f"length must be even (one marker in each half), got {self.length}")
         for name in ("seed", "data_seed", "test_seed"):
             if non_negative_int(getattr(self, name), name) >= 2**64:       # what torch.manual_seed takes
                 raise ValueError(f"{name} must be below 2**64, got {getattr(self, name)}")
@@ -94,10 +100,22 @@ def test_set(setup):
     return adding_problem_batch(setup.test_size, setup.length, torch.Generator().manual_seed(setup.test_seed))
 
 
-def run_one(name, setup, on_step=None):
-    """Train model ``name`` (a key of ``MODELS``) under ``setup``; return its ``Result``."""
+def _setup(setup, names):
+    """``setup`` (None: ``Setup()``) for the models ``names``, or ValueError before anything trains."""
+    setup = Setup() if setup is None else setup
+    if not isinstance(setup, Setup):
+        raise ValueError(f"setup must be a helpers.race.Setup, got {type(setup).__name__}")
+    if "transformer" in names and setup.length != TRANSFORMER_LENGTH:
+        raise ValueError(f"the transformer is built for sequences of length {TRANSFORMER_LENGTH}"
+                         f" (TRANSFORMER_LENGTH), got setup.length = {setup.length}: race the others alone")
+    return setup
+
+
+def run_one(name, setup=None, on_step=None):
+    """Train model ``name`` (a key of ``MODELS``) under ``setup`` (None: ``Setup()``); return its ``Result``."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose from {list(MODELS)}")
+    setup = _setup(setup, (name,))
     torch.manual_seed(setup.seed)
     model = MODELS[name]()
     data = torch.Generator().manual_seed(setup.data_seed)
@@ -135,6 +153,9 @@ def _start_worker(channel):
     """Each worker process: one thread (reproducible runs), and a channel back to the race."""
     global _channel
     torch.set_num_threads(1)
+    # Jupyter interrupts a kernel by signalling its whole process group, these workers included: an
+    # interrupted cell must not end the race (the race's own cell, waiting, is what the reader stops).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _channel = channel
     channel.put(("worker", None, os.getpid()))
 
@@ -168,7 +189,8 @@ def _stop(pids):
             pass
 
 
-def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120.0, deadline=None, run=run_one):
+def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120.0, deadline=None, run=run_one,
+         stop=None):
     """Train every model in ``names`` under the same ``setup``; return ``{name: Result}`` in that order.
 
     Each model is one job for a pool of ``workers`` single-threaded (spawned) processes (default: one
@@ -180,12 +202,11 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
     seconds (None: no deadline). A model whose training raises (a NaN loss, say), whose test MSE is
     not finite, or whose worker dies, stops the race with a ``RuntimeError`` naming it, also with
     ``workers=0``. ``run(name, setup, on_step) -> Result`` is ``run_one`` unless a
-    test replaces it (with a module-level function: the workers import it by name).
+    test replaces it (with a module-level function: the workers import it by name). ``stop``, a
+    ``threading.Event``, ends the race when set: its workers are ended and ``RuntimeError`` is raised.
     """
-    setup = Setup() if setup is None else setup
-    if not isinstance(setup, Setup):
-        raise ValueError(f"setup must be a helpers.race.Setup, got {type(setup).__name__}")
     names, workers = _lanes(names, workers)
+    setup = _setup(setup, names)
     stall = positive_float(stall, "stall")
     deadline = None if deadline is None else positive_float(deadline, "deadline")
     flag(progress, "progress")
@@ -194,9 +215,15 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
     try:
         if workers == 0:
             results = {}
+
+            def on_step(step):
+                if stop is not None and stop.is_set():
+                    raise RuntimeError("race: stopped")
+                bar.update(1)
+
             for name in names:
                 try:
-                    results[name] = run(name, setup, lambda step: bar.update(1))
+                    results[name] = run(name, setup, on_step)
                 except Exception as error:
                     raise RuntimeError(f"race: training {name} failed: {error!r}") from error
                 _finite(name, results[name])
@@ -206,7 +233,7 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
         except Exception as error:
             raise ValueError(f"run must be a module-level function when workers > 0 (the workers import it by"
                              f" name), got {run!r}: {error}") from None
-        return _race_in_processes(names, setup, workers, bar, stall, deadline, run)
+        return _race_in_processes(names, setup, workers, bar, stall, deadline, run, stop)
     finally:
         bar.close()
 
@@ -225,29 +252,67 @@ def _lanes(names, workers):
     return names, min(workers, len(names))
 
 
-def start_race(setup=None, **kw):
-    """Start ``race(setup=setup, progress=False, **kw)`` in a background thread; return its ``Future``.
+class Racing:
+    """A race running in the background (``start_race``). ``result()`` waits for it and returns what
+    ``race`` returns (or raises what it raised); ``workers`` is how many worker processes it uses."""
 
-    The race's worker processes then train while the notebook runs other cells; ``.result()`` waits for
-    the race and returns what ``race`` returns (or raises what it raised). The training runs are the
-    same as in the foreground: each model trains on one thread in its own process. The future's
-    ``workers`` is how many worker processes the race uses (one core each while it runs; 0 in this
-    process), so that the caller can leave them their cores.
+    def __init__(self, future, workers, threads, stop):
+        self._future, self.workers, self.threads, self._stop = future, workers, threads, stop
+
+    def done(self):
+        return self._future.done()
+
+    def result(self, timeout=None):
+        """Wait for the race (``TimeoutError`` after ``timeout`` seconds), then give this process its threads back."""
+        try:
+            return self._future.result(timeout)
+        finally:
+            self._give_back()
+
+    def stop(self):
+        """End the race and its workers (its ``result()`` then raises ``RuntimeError``)."""
+        self._stop.set()
+        self._give_back()
+
+    def _give_back(self):
+        if self in _RACING:                 # once: a race stopped by a newer one gave them back then
+            _RACING.remove(self)
+            torch.set_num_threads(self.threads)
+
+
+_RACING = []        # races start_race began and nobody has collected: a newer one stops them
+
+
+def start_race(setup=None, leave_cores=True, **kw):
+    """Start ``race(setup=setup, progress=False, **kw)`` in a background thread; return a ``Racing``.
+
+    The race's worker processes then train while the caller runs other code; ``.result()`` waits for
+    the race. The training runs are the same as in the foreground: each model trains on one thread in
+    its own process. With ``leave_cores`` this process computes on the cores the workers leave it,
+    with one thread at least, until ``.result()`` (more busy threads than cores slow every one of
+    them); the thread count it had is given back then, or by ``.stop()``. A race started earlier by
+    ``start_race`` and not yet collected (its cell run again, say) is stopped first, its workers ended.
     """
+    for earlier in list(_RACING):
+        earlier.stop()
+    flag(leave_cores, "leave_cores")
     try:
         if "names" in kw and not isinstance(kw["names"], str):
             kw["names"] = tuple(kw["names"])          # read once: a generator would be empty for race
         _, workers = _lanes(kw.get("names", tuple(MODELS)), kw.get("workers"))
     except (TypeError, ValueError):                   # race refuses them too, and says so through the future
         workers = 0
+    stop = threading.Event()
     pool = ThreadPoolExecutor(1, thread_name_prefix="race")
-    future = pool.submit(race, setup=setup, progress=False, **kw)
+    racing = Racing(pool.submit(race, setup=setup, progress=False, stop=stop, **kw), workers, torch.get_num_threads(), stop)
     pool.shutdown(wait=False)             # the thread ends with the race
-    future.workers = workers
-    return future
+    _RACING.append(racing)
+    if leave_cores and workers:
+        torch.set_num_threads(max(1, min(racing.threads, (os.cpu_count() or 1) - workers)))
+    return racing
 
 
-def _race_in_processes(names, setup, workers, bar, stall, deadline, run):
+def _race_in_processes(names, setup, workers, bar, stall, deadline, run, stop=None):
     ctx = mp.get_context("spawn")           # fork after torch has started threads is unsafe
     channel = ctx.Queue()
     report_every = max(1, setup.steps // 100)
@@ -285,6 +350,8 @@ def _race_in_processes(names, setup, workers, bar, stall, deadline, run):
                 silent = running                 # nothing at all for too long: the workers never started
             if silent:
                 raise TimeoutError(f"race: no progress from {', '.join(silent)} for {stall:g} s; its worker was stopped")
+            if stop is not None and stop.is_set():
+                raise RuntimeError("race: stopped (a newer race was started, or stop() was called); its workers were ended")
             if deadline is not None and now - began > deadline:
                 raise TimeoutError(f"race: {', '.join(running)} still running after the {deadline:g} s deadline; stopped")
         _raise_failures(jobs, channel, read, lanes, processes)

@@ -87,3 +87,21 @@ def test_a_huge_int_is_not_a_finite_float():
     with pytest.raises(ValueError, match="x must be a positive finite number, got an integer of 401 digits"):
         checks.positive_float(10 ** 400, "x")
     assert checks.finite_float(10 ** 300, "x") == 1e300
+
+
+# The review that passed bad input to the helpers.
+@pytest.mark.parametrize(("value", "shown"), [(None, "None"), ([2**70], r"\[1180591620717411303424\]"),
+                                              ("23", "'23'"), ([[1], [2, 3]], r"\[\[1\], \[2, 3\]\]")])
+def test_integers_name_what_torch_cannot_hold(value, shown):
+    """None gave 'Could not infer dtype of NoneType', 2**70 'Overflow when unpacking long long', unnamed."""
+    with pytest.raises(ValueError, match=f"lengths must be integers within int64 .*, got {shown}"):
+        checks.integers(value, "lengths")
+
+
+def test_integers_refuse_unsigned_values_beyond_int64():
+    """A uint64 array holding 2**63 wrapped: t5_bucket gave it a bucket of the past."""
+    from helpers.positions import t5_bucket
+
+    with pytest.raises(ValueError, match="offsets must be integers within int64, got torch.uint64 values of 2"):
+        t5_bucket(np.array([5, 2**63], dtype=np.uint64))
+    assert checks.integers(np.array([5, 2**63 - 1], dtype=np.uint64), "x").tolist() == [5, 2**63 - 1]

@@ -219,3 +219,20 @@ def test_the_site_shows_every_frame_and_the_stored_notebook_keeps_both():
     conf.control_frames(app, "notebooks/9.1", content)
     data = json.loads(content[0])["cells"][0]["outputs"][0]["data"]
     assert data["text/html"] == bundle[CONTROL_HTML] and CONTROL_HTML not in data
+
+
+# The review that passed bad input to the helpers.
+def test_numpy_numbers_read_as_python_numbers():
+    """A list of NumPy ints read 1000 (an array of them, converted by tolist, read 1,000)."""
+    import numpy as np
+
+    assert [label_of(v) for v in (np.int64(1000), np.float32(0.5), np.float64(1e-4), np.bool_(True))] == [
+        "1,000", "0.5", "0.0001", "True"]
+    assert control(str, [np.int64(1000), np.int64(2000)], "T").labels == ["1,000", "2,000"]
+
+
+@pytest.mark.parametrize("dpi", ["72", float("nan"), 0, -5, float("inf"), True])
+def test_dpi_must_be_a_positive_finite_number(dpi):
+    with pytest.raises(ValueError, match=f"dpi must be a positive finite number, got {re.escape(repr(dpi))}"):
+        control(line, [1, 2], "slope", dpi=dpi)
+    assert not plt.get_fignums()

@@ -247,3 +247,59 @@ def test_vit_input_draws_half_precision_images():
 def test_text_color_refuses_nan_components():
     with pytest.raises(ValueError, match=r"background must be a colour with components in \[0, 1\]"):
         text_color((float("nan"), 0.0, 0.0))            # was "black"
+
+
+# The review that passed bad input to the helpers.
+def test_annotated_heatmap_labels_infinite_cells_readably():
+    """imshow leaves +-inf cells blank, but -inf's label took the colormap's dark "under" colour: white
+    on white. Both labels are dark on the blank (white) cell, in the drawn pixels too."""
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(2, 2), dpi=100)
+    try:
+        annotated_heatmap(ax, [[0.5, float("-inf")], [-0.3, float("inf")]], fontsize=14)
+        assert [t.get_color() for t in ax.texts][1::2] == ["black", "black"]
+        fig.canvas.draw()
+        pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3]
+        for j, i in [(1, 0), (1, 1)]:                                # the infinite cells' centres
+            x, y = ax.transData.transform((j, i))
+            row, col = round(pixels.shape[0] - y), round(x)
+            cell = pixels[row - 8:row + 8, col - 15:col + 15]
+            assert cell.min() < 100                                   # some dark pixels: the label shows
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("values", [[[1.0, 2.0], [3.0, 4.0]], __import__("numpy").eye(2)])
+def test_heatmap_row_takes_what_annotated_heatmap_takes(values):
+    fig = diagrams.heatmap_row([(values, "t", "x", {})], "y")        # a list raised AttributeError ('shape')
+    try:
+        assert [t.get_text() for t in fig.axes[0].texts][:2] == ["1.00", "2.00" if isinstance(values, list) else "0.00"]
+    finally:
+        plt.close(fig)
+
+
+def test_heatmap_row_names_a_panel_that_is_not_a_matrix_and_leaves_no_figure_open():
+    before = plt.get_fignums()
+    with pytest.raises(ValueError, match=r"panels\[1\]'s values must be a non-empty \(rows, cols\) matrix, got shape \(3,\)"):
+        diagrams.heatmap_row([(torch.ones(3, 3), "a", "x", {}), (torch.rand(3), "b", "x", {})], "y")   # was IndexError
+    with pytest.raises(ValueError, match="fmt"):
+        diagrams.heatmap_row([(torch.ones(2, 2), "a", "x", {"fmt": "{:d}"})], "y")
+    assert plt.get_fignums() == before
+
+
+def test_cost_crossover_refuses_before_drawing():
+    before = plt.get_fignums()
+    with pytest.raises(ValueError, match="up to 4 widths, got 5"):
+        diagrams.cost_crossover([16, 32], {w: [(1, 1), (2, 2)] for w in (1, 2, 3, 4, 5)}, 1)
+    assert plt.get_fignums() == before                                # the left panel's figure was left open
+    with pytest.raises(ValueError, match=r"counts\[4\] must hold \(linear, attention\) FLOP counts.*got \(0, 0\)"):
+        diagrams.cost_crossover([16, 32], {4: [(0, 0), (2, 2)]}, 4)  # was ZeroDivisionError
+    assert plt.get_fignums() == before
+
+
+def test_saturation_panels_names_marks_that_are_not_a_dict():
+    before = plt.get_fignums()
+    with pytest.raises(ValueError, match=r"marks must be a dict \{sigma: label\}, got list \[1\]"):
+        diagrams.saturation_panels([1, 2], [[0.5], [0.6]], [[0.1], [0.2]], [[0.5], [0.4]], [1])
+    assert plt.get_fignums() == before

@@ -189,3 +189,58 @@ def test_register_sdpa_flops_counts_attention_on_the_cpu_forward_and_backward():
     # recomputes the scores and takes four more products.
     assert forward.get_total_flops() == 4 * B * H * T * T * d
     assert backward.get_total_flops() == 10 * B * H * T * T * d
+
+
+# The review that passed bad input to the helpers.
+FAST = dict(rounds=3, block=0.0005, attempts=1)
+
+
+def test_peak_memories_and_timings_take_lengths_as_an_array_or_a_tensor():
+    """np.array or tensor lengths raised 'the truth value of an array is ambiguous'."""
+    import numpy as np
+
+    methods = {"naive": naive_attention}
+    for lengths in (np.array([16, 32]), torch.tensor([16, 32]), range(16, 33, 16)):
+        assert [len(v) for v in peak_memories(methods, lengths, d=8).values()] == [2]
+    assert timings(methods, np.array([8, 16]), attention_inputs(8), **FAST).sizes == [8, 16]
+    for bad, message in ((16, "lengths must be a sequence of positive ints, got 16"),
+                         (torch.tensor([16.0]), "every one of lengths must be a positive int, got 16.0"),
+                         (np.array([], dtype=int), "lengths must be positive ints, got \\[\\]")):
+        with pytest.raises(ValueError, match=message):
+            peak_memories(methods, bad, d=8)
+
+
+def test_timings_refuse_a_reference_that_counts_no_flops():
+    def add_inputs(T, generator, device):
+        return torch.randn(T, T, generator=generator), torch.randn(T, T, generator=generator)
+
+    with pytest.raises(ValueError, match="the reference 'add' counts no FLOPs"):       # was ZeroDivisionError
+        timings({"naive": naive_attention}, [8, 16], attention_inputs(8), reference=("add", torch.add, add_inputs), **FAST)
+
+
+def test_timings_rate_without_a_reference_says_so():
+    t = timings({"naive": naive_attention}, [8, 16], attention_inputs(8), **FAST)
+    with pytest.raises(ValueError, match="measured without one"):                    # was KeyError: None
+        t.rate("naive")
+
+
+@pytest.mark.parametrize(("option", "message"), [({"block": 0}, "block must be a positive finite number"),
+                                                 ({"spread": -1.0}, "spread must be a positive finite number"),
+                                                 ({"margin": float("nan")}, "margin must be a finite number >= 0")])
+def test_timings_check_their_options_before_measuring_anything(option, message):
+    made = []
+
+    def inputs(T, generator, device):
+        made.append(T)
+        return (torch.ones(T),)
+
+    with pytest.raises(ValueError, match=message):
+        timings({"sum": torch.sum}, [8], inputs, **{**FAST, **option})
+    assert made == []                                              # the inputs were built and counted first
+
+
+@pytest.mark.parametrize("value", ["two", "0", "-1", ""])
+def test_timings_name_a_bad_attempts_variable(monkeypatch, value):
+    monkeypatch.setenv("BOOK_TIMING_ATTEMPTS", value)
+    with pytest.raises(ValueError, match=f"the environment's BOOK_TIMING_ATTEMPTS must be a positive int, got .*{value}"):
+        timings({"naive": naive_attention}, [8], attention_inputs(8), rounds=3, block=0.0005)

@@ -1,5 +1,6 @@
 import multiprocessing as mp
 import os
+import signal
 import time
 
 import pytest
@@ -225,6 +226,8 @@ def test_start_race_runs_the_race_in_the_background_and_returns_its_results():
     assert list(results) == ["RNN"] and results["RNN"].steps[-1] == SMALL.steps
     failing = start_race(SMALL, names=("GRU",), workers=1, run=fail)
     assert failing.workers == 1
+    with pytest.raises(RuntimeError, match="training GRU failed"):
+        failing.result(timeout=120)
     both = start_race(SMALL, names=("GRU", "RNN"), run=fail)      # default: a worker per core, one per model at most
     assert both.workers == min(os.cpu_count() or 1, 2)
     with pytest.raises(RuntimeError, match="failed"):
@@ -236,5 +239,90 @@ def test_start_race_runs_the_race_in_the_background_and_returns_its_results():
         assert future.workers == 0                     # what race refuses starts no worker
         with pytest.raises((ValueError, TypeError)):
             future.result(timeout=120)
-    with pytest.raises(RuntimeError, match="training GRU failed"):
-        failing.result(timeout=120)
+
+
+def test_start_race_leaves_the_workers_their_cores_and_a_second_start_stops_the_first(monkeypatch):
+    """9.4's reader ran the race's cell twice: the first race went on beside the second (four workers on two
+    cores), and the thread count the notebook restored was the one the first race had lowered."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        first = start_race(Setup(steps=10_000, every=5_000, test_size=4, batch=4), names=("RNN", "GRU"), workers=2)
+        assert torch.get_num_threads() == 1                 # 3 cores, 2 workers: one thread for this process
+        second = start_race(SMALL, names=("RNN",), workers=1)
+        with pytest.raises(RuntimeError, match="race: stopped"):
+            first.result(timeout=60)                        # its workers were ended, long before 10,000 steps
+        assert torch.get_num_threads() == 2                 # 3 threads before either race, less second's worker
+        assert list(second.result(timeout=120)) == ["RNN"]
+        assert torch.get_num_threads() == 3                 # given back
+        untouched = start_race(SMALL, names=("RNN",), workers=1, leave_cores=False)
+        assert torch.get_num_threads() == 3 and list(untouched.result(timeout=120)) == ["RNN"]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def ignores_sigint(pid):
+    """Whether process ``pid`` ignores SIGINT (Linux: the SigIgn mask in /proc)."""
+    try:
+        mask = next(line for line in open(f"/proc/{pid}/status") if line.startswith("SigIgn:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(mask.split()[1], 16) >> (signal.SIGINT - 1) & 1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the signal mask from Linux's /proc")
+def test_a_workers_interrupt_does_not_end_the_race():
+    # Jupyter's interrupt signals the kernel's process group, the race's workers included.
+    racing = start_race(Setup(steps=300, every=300, test_size=4, batch=4), names=("RNN",), workers=1)
+    deadline = time.monotonic() + 60
+    while not (ready := [c.pid for c in mp.active_children() if ignores_sigint(c.pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)                                     # until the worker's initializer has run
+    assert ready
+    for pid in ready:
+        os.kill(pid, signal.SIGINT)
+    assert racing.result(timeout=120)["RNN"].steps[-1] == 300
+
+
+# The review that passed bad input to the helpers.
+def test_the_transformers_length_is_checked_before_anything_trains(monkeypatch):
+    """Setup(length=50) reached the transformer, built for 100, and failed deep inside: 'x must be (batch, 100, 2)'."""
+    from helpers import race as module
+
+    short = Setup(length=50, steps=2, every=1, test_size=4, batch=4)
+    message = "the transformer is built for sequences of length 100 .*got setup.length = 50"
+    monkeypatch.setattr(module, "ProcessPoolExecutor", None)          # no process may start
+    with pytest.raises(ValueError, match=message):
+        run_one("transformer", short)
+    for workers in (0, 2):
+        with pytest.raises(ValueError, match=message):
+            race(("GRU", "transformer"), short, workers=workers, progress=False)
+    with pytest.raises(ValueError, match=message):
+        start_race(short, workers=2).result(timeout=60)
+    assert race(("GRU",), short, workers=0, progress=False)["GRU"].steps == [0, 1, 2]    # the others take any length
+
+
+def test_setup_refuses_an_odd_length():
+    """Setup(length=7) was taken, and failed later inside a lane (one marker per half)."""
+    with pytest.raises(ValueError, match="length must be even .*, got 7"):
+        Setup(length=7)
+
+
+def test_run_one_takes_no_setup_as_race_does(monkeypatch):
+    """run_one("RNN", None) raised AttributeError; race takes None as Setup()."""
+    from dataclasses import dataclass
+
+    from helpers import race as module
+
+    @dataclass
+    class Small(Setup):                                               # Setup() itself trains 1,500 steps
+        steps: int = SMALL.steps
+        every: int = SMALL.every
+        test_size: int = SMALL.test_size
+        batch: int = SMALL.batch
+
+    want = run_one("RNN", SMALL).test_mse
+    monkeypatch.setattr(module, "Setup", Small)
+    assert run_one("RNN", None).test_mse == want
+    with pytest.raises(ValueError, match="setup must be a helpers.race.Setup, got dict"):
+        run_one("RNN", {"steps": 2})
