@@ -82,6 +82,17 @@ def share_mathtext() -> None:
     backend_agg.RendererAgg.__init__ = shared
 
 
+def log_labels(axis, subs=(1, 2, 5)):
+    """Label a log-scaled ``axis`` (``ax.yaxis``) at ``subs`` times each power of ten, written plainly
+    (0.05, 0.1, 0.2), and drop its minor ticks: over two or three decades matplotlib labels only the powers
+    of ten, too few to read a value off."""
+    if axis.get_scale() != "log":
+        raise ValueError(f"log_labels needs a log-scaled axis, got scale {axis.get_scale()!r}")
+    axis.set_major_locator(mpl.ticker.LogLocator(subs=subs))
+    axis.set_major_formatter(mpl.ticker.FormatStrFormatter("%g"))
+    axis.set_minor_locator(mpl.ticker.NullLocator())
+
+
 def figures_dir() -> Path | None:
     """The ``figures/`` folder of the checkout the notebook runs in, or None outside a checkout.
 

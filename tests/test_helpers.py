@@ -354,3 +354,20 @@ def test_the_shared_mathtext_parser_draws_the_same_pixels():
     pixels(False)                                        # fills the shared cache with every label of the figure
     (shared, with_shared), (_, with_own) = pixels(False), pixels(True)     # drawn from the cache / parsed afresh
     assert shared and np.array_equal(with_shared, with_own)
+
+
+def test_log_labels_writes_plain_labels_at_one_two_and_five():
+    import matplotlib.pyplot as plt
+
+    from helpers.plotting import log_labels
+
+    fig, ax = plt.subplots()
+    ax.plot([0.03, 6.5], [0.03, 6.5])
+    ax.set(yscale="log")
+    log_labels(ax.yaxis)
+    fig.canvas.draw()
+    shown = [t.get_text() for t in ax.get_yticklabels() if 0.03 <= t.get_position()[1] <= 6.5]
+    assert shown == ["0.05", "0.1", "0.2", "0.5", "1", "2", "5"] and not ax.yaxis.get_minor_locator()()
+    with pytest.raises(ValueError, match="log-scaled"):
+        log_labels(ax.xaxis)
+    plt.close(fig)
