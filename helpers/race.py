@@ -263,11 +263,15 @@ class Racing:
         return self._future.done()
 
     def result(self, timeout=None):
-        """Wait for the race (``TimeoutError`` after ``timeout`` seconds), then give this process its threads back."""
+        """Wait for the race (``TimeoutError`` after ``timeout`` seconds), then give this process its threads back.
+
+        A wait that ends early (a timeout, an interrupt) leaves the race running, its cores left to it and
+        itself known to ``start_race``, which stops it if started again."""
         try:
             return self._future.result(timeout)
         finally:
-            self._give_back()
+            if self._future.done():
+                self._give_back()
 
     def stop(self):
         """End the race and its workers (its ``result()`` then raises ``RuntimeError``)."""

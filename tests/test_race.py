@@ -1,3 +1,4 @@
+import concurrent.futures
 import multiprocessing as mp
 import os
 import signal
@@ -250,6 +251,9 @@ def test_start_race_leaves_the_workers_their_cores_and_a_second_start_stops_the_
         torch.set_num_threads(3)
         first = start_race(Setup(steps=10_000, every=5_000, test_size=4, batch=4), names=("RNN", "GRU"), workers=2)
         assert torch.get_num_threads() == 1                 # 3 cores, 2 workers: one thread for this process
+        with pytest.raises(concurrent.futures.TimeoutError):
+            first.result(timeout=0.1)                       # a wait interrupted: the race goes on, still known
+        assert torch.get_num_threads() == 1
         second = start_race(SMALL, names=("RNN",), workers=1)
         with pytest.raises(RuntimeError, match="race: stopped"):
             first.result(timeout=60)                        # its workers were ended, long before 10,000 steps
