@@ -28,8 +28,7 @@ def attention(q, k, v, mask=None):
     product, so large entries do not overflow.
     """
     check_qkv(q, k, v)
-    # float16/bfloat16 -> float32; mixed dtypes are computed in the widest, so float64 keeps its precision.
-    wide = torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, torch.float32))
+    wide = compute_dtype(q, k, v)
     s = (q.to(wide) * q.shape[-1] ** -0.5) @ k.to(wide).transpose(-2, -1)   # (..., m, n) scores
     if mask is not None:
         check_mask(mask, s.shape)
@@ -38,6 +37,12 @@ def attention(q, k, v, mask=None):
     if mask is not None:
         w = w.masked_fill(mask.all(dim=-1, keepdim=True), 0.0)     # no key to see: zeros, not NaN
     return (w @ v.to(wide)).to(v.dtype), w.to(q.dtype)
+
+
+def compute_dtype(q, k, v):
+    """The dtype attention computes in: float16/bfloat16 -> float32; mixed dtypes in the widest of them, so
+    float64 keeps its precision."""
+    return torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, torch.float32))
 
 
 def check_qkv(q, k, v):

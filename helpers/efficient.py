@@ -8,7 +8,7 @@ holds the batched and tested tiled attention the benchmark runs. Measuring time 
 
 import torch
 
-from helpers.attention import attention, check_mask, check_qkv
+from helpers.attention import attention, check_mask, check_qkv, compute_dtype
 from helpers.checks import flag, positive_int
 
 
@@ -39,7 +39,7 @@ def tiled_attention(q, k, v, tile, mask=None, is_causal=False):
     if n == 0:                                          # no key: zeros, still a function of q, k and v for autograd
         return attention(q, k, v, mask)[0]
     out_dtype = v.dtype
-    wide = torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, torch.float32))
+    wide = compute_dtype(q, k, v)
     q = q.to(wide) * q.shape[-1] ** -0.5                # scale before the product: no overflow
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     m = torch.full((*lead, m_q, 1), float("-inf"), dtype=wide, device=q.device)   # running maximum
