@@ -26,7 +26,9 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # The .md is the source: touched first, it is the newer of the pair, so the sync takes its cells (keeping
-# the .ipynb's cell ids) and executes them; book/clean.py strips what every run churns (timestamps,
+# the .ipynb's cell ids) and executes them, as the book's build: every state of every control drawn for
+# the site (BOOK_FRAMES=all) and every figure written to figures/ (BOOK_FIGURES; a reader's run does
+# neither); book/clean.py strips what every run churns (timestamps,
 # progress bars), and touching the .ipynb marks its outputs as the newer of the pair. Each notebook is
 # a target of its own (notebooks/x.run), so `make -j2 execute` runs two side by side, each in its own kernel.
 # NB may name a notebook by its .md, its .ipynb or neither ($(basename) would cut "9.1-x" to "9").
@@ -37,7 +39,7 @@ execute: $(RUNS)  ## re-execute notebooks in fresh kernels and re-sync their pai
 $(RUNS): %.run: $(STAMP)
 	@test -f "$*.md" || { echo "no notebook $*.md (NB=notebooks/x.md)" >&2; exit 2; }
 	@echo "executing $*"
-	@touch "$*.md" && $(BIN)/jupytext --sync --execute --quiet "$*.md"
+	@touch "$*.md" && BOOK_FRAMES=all BOOK_FIGURES="$(CURDIR)/figures" $(BIN)/jupytext --sync --execute --quiet "$*.md"
 	@$(BIN)/python book/clean.py "$*.ipynb"
 	@touch "$*.ipynb"
 

@@ -53,5 +53,6 @@ def pytest_terminal_summary(terminalreporter):
     if len(own) == len(bench.NOTEBOOKS):
         _, floor, mib, _ = bench.startup_cost()
         write("")
-        write("execution report (make bench), from the run on this CPU's own kernels (two notebooks at a time):")
+        write("execution report (make bench's), from the run on this CPU's own kernels: two notebooks at a time, and"
+              " every control drawing every state (BOOK_FRAMES=all, as make execute; make bench times a reader's run)")
         bench.report(own, floor, mib, write=write)

@@ -1,4 +1,4 @@
-"""One figure style for the whole book, and ``save_figure`` that writes it to ``figures/``."""
+"""One figure style for the whole book, and ``save_figure`` that writes it to ``figures/`` when the book is built."""
 
 import functools
 import io
@@ -94,29 +94,23 @@ def log_labels(axis, subs=(1, 2, 5)):
 
 
 def figures_dir() -> Path | None:
-    """The ``figures/`` folder of the checkout the notebook runs in, or None outside a checkout.
+    """Where ``save_figure`` writes: the folder ``BOOK_FIGURES`` names, or None, and the figure is only
+    shown.
 
-    The checkout is the first folder holding ``notebooks/`` and ``helpers/`` at or above the working
-    directory (a kernel starts in its notebook's folder). Only the working directory counts, not this
-    package's location: a copy installed from one checkout must not write into it from a notebook run
-    elsewhere (Colab, a download), where the figure is only shown. The environment variable
-    ``BOOK_FIGURES`` overrides it: the tests set it so that re-executing the notebooks does not rewrite
-    the committed figures.
+    The book's build sets it (`make execute`: the checkout's ``figures/``; the tests: a scratch folder).
+    A reader's run writes nothing, in a checkout or elsewhere: the committed figures change only when
+    the book is rebuilt, not when a reader tries another seed, and a Run All does not spend half a
+    second a figure on an SVG and a PNG it does not show (issue 21: 15 s over the chapter).
     """
-    if os.environ.get("BOOK_FIGURES"):
-        return Path(os.environ["BOOK_FIGURES"]).expanduser()
-    cwd = Path.cwd().resolve()
-    for root in (cwd, *cwd.parents):
-        if (root / "notebooks").is_dir() and (root / "helpers").is_dir():
-            return root / "figures"
-    return None
+    folder = os.environ.get("BOOK_FIGURES", "")
+    return Path(folder).expanduser() if folder else None
 
 
 NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
 def save_figure(fig, name: str, png: bool = True) -> Path | None:
-    """Write ``fig`` to ``figures/NAME.svg`` (and ``.png``); return the SVG's path (None outside a checkout).
+    """Write ``fig`` to ``figures_dir()/NAME.svg`` (and ``.png``); return the SVG's path (None: not written).
 
     ``name`` is a stable, lower-case, hyphenated name such as ``"unit-circle-lookup"`` (a trailing
     ``.svg`` is dropped; any other dot is refused). Both files are written to temporary names in the
@@ -137,7 +131,7 @@ def save_figure(fig, name: str, png: bool = True) -> Path | None:
     if not hasattr(fig, "savefig"):
         raise ValueError(f"expected a matplotlib figure, got {type(fig).__name__}")
     folder = figures_dir()
-    if folder is None:  # outside a checkout: the notebook shows the figure, nothing is written
+    if folder is None:  # a reader's run: the notebook shows the figure, nothing is written
         return None
     files = {"svg": {"Date": None}, **({"png": {"Software": None}} if png else {})}    # format: metadata
     targets = {fmt: folder / f"{name}.{fmt}" for fmt in files}
@@ -178,8 +172,7 @@ def save_figure(fig, name: str, png: bool = True) -> Path | None:
             raise
         temps.clear()
     except OSError as error:
-        where = ("BOOK_FIGURES" if os.environ.get("BOOK_FIGURES") else "the repository's figures/ (BOOK_FIGURES overrides it)")
-        raise OSError(f"cannot write figure {name!r} to {folder} (from {where}): {error}") from error
+        raise OSError(f"cannot write figure {name!r} to {folder} (from BOOK_FIGURES): {error}") from error
     finally:
         for temp in (*temps.values(), *backups.values()):
             temp.unlink(missing_ok=True)

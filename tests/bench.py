@@ -1,6 +1,7 @@
 """Execution report: each notebook in a fresh kernel, its seconds and peak memory, against the budgets
 in tests/budgets.toml, and each notebook's slowest cells, so the next cost is visible. A benchmark that
-reports; it does not fail on a slow machine (`make bench`).
+reports; it does not fail on a slow machine (`make bench`). It times a reader's Run All, in which a
+control draws only its start state and no figure is written (`make execute` does both for the book).
 
 The cells' times come from the timestamps nbclient records in every executed cell
 (``metadata.execution``: from ``iopub.status.busy`` to ``shell.execute_reply``), which `make execute`
@@ -18,6 +19,10 @@ from chapter import NOTEBOOKS, ROOT, execute, source
 
 BUDGETS = tomllib.loads((ROOT / "tests" / "budgets.toml").read_text())
 SLOWEST = 3                                                     # cells listed per notebook
+# A reader's Run All: each control draws its start state alone (helpers.controls.every_state) and the
+# figures are shown, not written (helpers.plotting.figures_dir). `make execute`, the book's build, also
+# draws every other state for the site and writes every figure to figures/.
+READER = {"BOOK_FRAMES": "", "BOOK_FIGURES": ""}
 
 
 def startup_cost(times=3):
@@ -78,7 +83,7 @@ def main(paths):
     _, floor, mib, _ = startup_cost()
     runs = []
     for path in paths:
-        runs.append(summary(path.stem, execute(path)))
+        runs.append(summary(path.stem, execute(path, variables=READER)))
         print(f"  {path.stem} done", flush=True)
     report(runs, floor, mib)
 

@@ -83,8 +83,8 @@ def execute(path, threads=None, offline=False, timeout=600, variables=None, afte
     """
     env = dict(os.environ) | dict(variables or {})
     # Figures go to a scratch folder: a re-execution must not rewrite the committed ones. It is made
-    # only when BOOK_FIGURES names none, and removed afterwards.
-    scratch = None if env.get("BOOK_FIGURES") else tempfile.mkdtemp(prefix="book-figures-")
+    # only when BOOK_FIGURES is not set, and removed afterwards; set empty, nothing is written (a reader's run).
+    scratch = None if "BOOK_FIGURES" in env else tempfile.mkdtemp(prefix="book-figures-")
     if scratch:
         env["BOOK_FIGURES"] = scratch
     if threads is not None:

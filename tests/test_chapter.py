@@ -6,7 +6,9 @@
   (`ATEN_CPU_CAPABILITY=default`) and to AVX2, MKL's vendor-neutral code path
   (`MKL_CBWR=COMPATIBLE`), this CPU's own kernels, one and two threads.
 - Offline: every notebook executes with no network but loopback (the run on this CPU's own kernels).
-- Controls after Run All (issue 19): in that same run, once the notebook has run top to bottom, every
+- Controls after Run All (issue 19): in that same run, which draws every state of every control when its
+  cell runs, as `make execute` does for the site (`BOOK_FRAMES=all`; the other two runs draw the start
+  state alone, as a reader's kernel does), once the notebook has run top to bottom, every
   control is moved through every state through its live path (the widget's redraw, as a reader's slider
   would) in the same kernel, and each frame must be the one drawn when the control's cell ran: same code,
   same process, same thread count, so the image bytes are compared exactly. A control whose `draw` read a
@@ -36,7 +38,7 @@ SETTINGS = {
     "ATEN_CPU_CAPABILITY=default, 1 thread": dict(variables={"ATEN_CPU_CAPABILITY": "default"} | ONCE, threads=1),
     "ATEN_CPU_CAPABILITY=avx2, MKL_CBWR=COMPATIBLE, 2 threads": dict(
         variables={"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"} | ONCE, threads=2),
-    "this CPU's own kernels, offline": dict(offline=True, variables=ONCE),
+    "this CPU's own kernels, offline": dict(offline=True, variables=ONCE | {"BOOK_FRAMES": "all"}),
 }
 OWN = "this CPU's own kernels, offline"            # the run that also turns the controls and times the chapter
 CALL = re.compile(r"^control\(", re.M)

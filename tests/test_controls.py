@@ -20,6 +20,14 @@ clean = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(clean)
 
 
+@pytest.fixture(autouse=True)
+def book_build(monkeypatch):
+    """Most tests here are of the book's build, which draws every state (make execute); the reader's
+    kernel, which draws the start state alone, has its own tests below."""
+    monkeypatch.setenv("BOOK_FRAMES", "all")
+    plt.close("all")                      # figures another test module left open are not a control's
+
+
 def line(slope):
     fig, ax = plt.subplots(figsize=(2, 1))
     ax.plot([0, 1], [0, slope])
@@ -236,3 +244,39 @@ def test_dpi_must_be_a_positive_finite_number(dpi):
     with pytest.raises(ValueError, match=f"dpi must be a positive finite number, got {re.escape(repr(dpi))}"):
         control(line, [1, 2], "slope", dpi=dpi)
     assert not plt.get_fignums()
+
+
+# A reader's kernel (issue 21: each control cell took 2 to 3 s drawing every state for the site).
+def test_a_readers_kernel_draws_the_start_state_alone_and_the_rest_when_reached(monkeypatch):
+    monkeypatch.delenv("BOOK_FRAMES")
+    calls = []
+    c = control(lambda s: calls.append(s) or line(s), [1, 2, 5], "slope", start=2)
+    assert calls == [2] and c.frames[0] is None and c.frames[2] is None
+    bundle = c._repr_mimebundle_()
+    assert CONTROL_HTML not in bundle, "no every-state html with one state drawn"
+    assert bundle["text/html"].count("<img") == 1 and "Run this cell" in bundle["text/html"]
+    assert WIDGET in bundle
+    c.picker.value = 5                                   # the slider draws the state it reaches
+    assert calls == [2, 5] and c.out.outputs[0]["data"]["text/html"].startswith("<img")
+    c.picker.value = 2
+    assert c.out.outputs[0]["data"]["text/html"] == c.frames[1]
+    assert not plt.get_fignums()
+
+
+def test_a_readers_kernel_compares_the_start_state_and_checks_the_others_draw(monkeypatch):
+    monkeypatch.setenv("BOOK_FRAMES", "")
+    state = {"k": 1}
+    c = control(lambda s: line(s * state["k"]), [1, 2], "slope")
+    assert redraw_all([c]) == []
+    state["k"] = 2
+    assert redraw_all([c]) == [("slope", "1", "draws a different frame")]
+    state["k"] = None
+    assert [d[2].split(":")[0] for d in redraw_all([c])] == ["raised TypeError"] * 2
+
+
+def test_only_all_means_every_state(monkeypatch):
+    for value in ("1", "ALL", "yes", ""):
+        monkeypatch.setenv("BOOK_FRAMES", value)
+        assert control(str, [1, 2], "n").html is None
+    monkeypatch.setenv("BOOK_FRAMES", "all")
+    assert control(str, [1, 2], "n").html.count('class="book-frame"') == 2

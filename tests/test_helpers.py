@@ -60,11 +60,23 @@ def test_save_figure_is_reproducible(tmp_path, monkeypatch):
     assert texts[0] == texts[1]
 
 
-def test_figures_dir_is_the_checkout_folder(monkeypatch):
+def test_a_readers_run_writes_no_figure_even_in_the_checkout(monkeypatch):
+    """Only the book's build writes figures/ (make execute sets BOOK_FIGURES): a reader's run in the
+    checkout must not rewrite the committed figures, nor spend half a second a figure on files it does not show."""
+    import matplotlib.pyplot as plt
+
     root = plotting.Path(helpers.__file__).resolve().parents[1]
-    monkeypatch.delenv("BOOK_FIGURES", raising=False)
-    monkeypatch.chdir(root / "notebooks")                 # where a notebook's kernel starts
-    assert plotting.figures_dir() == root / "figures"
+    before = {p.name: p.stat().st_mtime_ns for p in (root / "figures").iterdir()}
+    for unset in (monkeypatch.delenv, lambda name, raising: monkeypatch.setenv(name, "")):
+        unset("BOOK_FIGURES", raising=False)
+        monkeypatch.chdir(root / "notebooks")             # where a notebook's kernel starts
+        assert plotting.figures_dir() is None
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [1, 0])
+        assert helpers.save_figure(fig, "attention-weights") is None
+        plt.close(fig)
+    assert {p.name: p.stat().st_mtime_ns for p in (root / "figures").iterdir()} == before
+
 
 
 def test_outside_a_checkout_figures_are_shown_not_written(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from helpers.controls import CONTROL_HTML
 from helpers.plotting import round_coordinates
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +53,21 @@ def test_stored_notebook_is_clean(md):
     assert not [c for c in nb.cells if "execution" in c.metadata], "execution timestamps: run book/clean.py (make execute does)"
     assert not [o for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr"], "progress bars in stored outputs"
     assert clean.is_clean(nb)
+
+
+@pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
+def test_stored_controls_carry_every_state_for_the_site(md):
+    """A reader's kernel draws a control's start state alone (helpers.controls.every_state); the stored
+    notebooks, which the site is built from, must come from `make execute`, which draws them all."""
+    for cell in nbformat.read(md.with_suffix(".ipynb"), as_version=4).cells:
+        for out in cell.get("outputs", []):
+            still = out.get("data", {}).get("text/html", "")
+            if "book-control-still" not in still:
+                continue
+            states = int(re.search(r"one of (\d+) states", still)[1])
+            frames = out.data.get(CONTROL_HTML, "").count('class="book-frame"')
+            assert frames == states, (f"a control of {states} states stored with {frames} frames for the site:"
+                                      " execute with `make execute` (BOOK_FRAMES=all)")
 
 
 def test_clean_strips_timestamps_progress_bars_and_the_patch_version_and_joins_streams():
