@@ -142,7 +142,7 @@ def test_unrun_notebook_shows_one_frame_per_control_and_no_raw_myst(name, lab, b
             still = out.locator(".book-control-still")
             assert still.count() == 1, f"control {k}: no still frame"
             assert still.locator("img").count() == 1, f"control {k}: not one frame"
-            assert "Run this cell to turn the control" in still.inner_text()
+            assert "Run the notebook up to this cell to turn the control" in still.inner_text()
             still.locator("img").scroll_into_view_if_needed()
             page.wait_for_function("i => i.complete && i.naturalWidth > 100", arg=still.locator("img").element_handle())
         text = page.evaluate("""() => [...document.querySelectorAll('.jp-MarkdownCell')]

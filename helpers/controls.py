@@ -56,8 +56,12 @@ OPTIONS = ("start", "dpi", "alt", "fmt")
 
 def every_state():
     """Whether a control draws every state when it is made, for the site (``BOOK_FRAMES=all``), or only
-    its start state, as in a reader's kernel."""
-    return os.environ.get("BOOK_FRAMES", "") == "all"
+    its start state, as in a reader's kernel (``BOOK_FRAMES`` unset or empty). Any other value is refused:
+    ``BOOK_FRAMES=1`` meant as "all" would otherwise store a notebook the site cannot use."""
+    value = os.environ.get("BOOK_FRAMES", "")
+    if value not in ("", "all"):
+        raise ValueError(f"BOOK_FRAMES must be 'all' (draw every state, for the site) or empty, got {value!r}")
+    return value == "all"
 
 
 def label_of(value):
@@ -119,8 +123,8 @@ def still_html(frame, labels, label, start=0):
     """The control as one frame, its start state, under a line saying how to make it live."""
     states = ", ".join(labels) if len(labels) <= 8 else f"{labels[0]}, {labels[1]}, ..., {labels[-1]}"
     note = (f"<p><strong>{html.escape(label)}: {html.escape(labels[start])}</strong>, one of {len(labels)} states "
-            f"({html.escape(states)}). <em>Run this cell to turn the control</em> (the book's web page switches "
-            f"between the states without a kernel).</p>")
+            f"({html.escape(states)}). <em>Run the notebook up to this cell to turn the control</em> "
+            f"(the book's web page switches between the states without a kernel).</p>")
     return f'<div class="book-control-still">{note}{frame}</div>'
 
 
@@ -238,10 +242,12 @@ def redraw_all(controls=None):
     for c in CONTROLS if controls is None else controls:
         if c.widget is None:
             c.build_widget()
+        before = c.out.outputs                           # what the control shows for its picker's value
         for value, frame in zip(c.values, c.frames, strict=True):
             shown = c.redraw(value)
             if shown["output_type"] == "error":
                 differ.append((c.label, label_of(value), f"raised {shown['ename']}: {shown['evalue']}"))
             elif frame is not None and shown["data"]["text/html"] != frame:
                 differ.append((c.label, label_of(value), "draws a different frame"))
+        c.out.outputs = before                           # so that it still shows the state its picker is at
     return differ

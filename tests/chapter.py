@@ -117,6 +117,15 @@ _socket.socket.connect = _loopback_only
 """
 
 
+# With BOOK_REBIND set: the hook of tests/rebind.py, as `_rebind` (test_chapter.py reads `_rebind.rebound()`).
+REBIND = """
+import importlib.util as _spec_util
+_spec = _spec_util.spec_from_file_location("book_rebind", r"{path}")
+_rebind = _spec_util.module_from_spec(_spec)
+_spec.loader.exec_module(_rebind)
+"""
+
+
 def _child(path, threads, timeout, after, guard):
     """In the child process: execute the notebook, sampling the memory of the kernel's process tree."""
     import psutil
@@ -128,6 +137,8 @@ def _child(path, threads, timeout, after, guard):
         setup.append(nbformat.v4.new_code_cell(f"import torch; torch.set_num_threads({threads})"))
     if guard:
         setup.append(nbformat.v4.new_code_cell(GUARD))
+    if os.environ.get("BOOK_REBIND"):             # last, so that it notes the notebook's cells only
+        setup.append(nbformat.v4.new_code_cell(REBIND.format(path=Path(__file__).with_name("rebind.py"))))
     nb.cells = setup + nb.cells
     me, peak, running = psutil.Process(), [0], [True]
 

@@ -13,6 +13,9 @@
   would) in the same kernel, and each frame must be the one drawn when the control's cell ran: same code,
   same process, same thread count, so the image bytes are compared exactly. A control whose `draw` read a
   notebook global that a later cell rebinds fails here, by drawing something else or raising.
+- Re-running a cell after Run All (the reader-flow review): in that same run, a hook (tests/rebind.py)
+  notes before each cell the objects it reads; after Run All, no cell may find one of them rebound by a
+  later cell (9.2's causal example read `T`, which the multi-head listing later rebinds).
 - The execution report (`make bench`'s) is printed from that run too, so CI executes the chapter once
   less. `make guarantees` runs two notebooks at a time (pytest-xdist), one per core of the reference
   machine: the outputs compared do not depend on it, and the report's seconds are those of a loaded
@@ -38,14 +41,14 @@ SETTINGS = {
     "ATEN_CPU_CAPABILITY=default, 1 thread": dict(variables={"ATEN_CPU_CAPABILITY": "default"} | ONCE, threads=1),
     "ATEN_CPU_CAPABILITY=avx2, MKL_CBWR=COMPATIBLE, 2 threads": dict(
         variables={"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"} | ONCE, threads=2),
-    "this CPU's own kernels, offline": dict(offline=True, variables=ONCE | {"BOOK_FRAMES": "all"}),
+    "this CPU's own kernels, offline": dict(offline=True, variables=ONCE | {"BOOK_FRAMES": "all", "BOOK_REBIND": "1"}),
 }
 OWN = "this CPU's own kernels, offline"            # the run that also turns the controls and times the chapter
 CALL = re.compile(r"^control\(", re.M)
 PROBE = """
 import json
 from helpers.controls import CONTROLS, redraw_all
-print(json.dumps({"controls": [c.label for c in CONTROLS], "differ": redraw_all()}))
+print(json.dumps({"controls": [c.label for c in CONTROLS], "differ": redraw_all(), "rebound": _rebind.rebound()}))
 """
 
 
@@ -66,20 +69,39 @@ def test_same_outputs_on_any_machine(setting, path, record_property):
     stored = nbformat.read(path, as_version=4)
     code = [c for c in stored.cells if c.cell_type == "code"]
     calls = sum(len(CALL.findall(c.source)) for c in code)
-    run = execute(path, **SETTINGS[setting], after=PROBE if setting == OWN and calls else None)
+    run = execute(path, **SETTINGS[setting], after=PROBE if setting == OWN else None)
     changed = differences(comparable(stored), comparable(run.nb))
     # For the table and the execution report at the end (conftest.py); a property, since under
     # pytest-xdist (make guarantees) this runs in a worker process.
     record_property("chapter_run", {"setting": setting, "passed": not changed, "row": summary(path.stem, run)})
     problems = [f"code cells whose outputs differ under {setting}:\n" + "\n\n".join(code[i].source for i in changed)
                 ] if changed else []
-    if setting == OWN and calls:
+    if setting == OWN:
         report = json.loads(run.after.strip().splitlines()[-1])
+        if report["rebound"]:
+            problems.append("cells that would read something else if re-run after Run All (cell, name, first line):"
+                            f" {report['rebound']}")
         if len(report["controls"]) != calls:
             problems.append(f"{calls} control cells, but the kernel made {report['controls']}")
         if report["differ"]:
             problems.append(f"controls whose states do not redraw as drawn after Run All: {report['differ']}")
     assert not problems, "\n".join(problems)
+
+
+def test_a_cell_that_would_read_a_later_rebinding_is_found(tmp_path):
+    """tests/rebind.py: what a re-run after Run All would read differently, and what it would not."""
+    cells = ["import math\nT, d = 6, 8\nbig = 1000\nnames = ['a']",
+             "mask = [[0] * T for _ in range(T)]\nprint(d, math.pi > 3, big)",   # reads T, d, math, big
+             "for name in names:\n    print(name)\nscale = d ** 0.5",               # its own loop variable
+             "def f(x=names):\n    return x",                                      # a default, read now
+             "import math\nT, d = 5, 8\nbig = 10 ** 3\nnames = ['b']"]            # rebinds; math, d, big the same
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "rebind.ipynb"
+    nbformat.write(nb, path)
+    run = execute(path, variables={"BOOK_REBIND": "1"}, after="import json; print(json.dumps(_rebind.rebound()))")
+    found = [(k, name) for k, name, _ in json.loads(run.after.strip().splitlines()[-1])]
+    assert found == [(1, "T"), (2, "names"), (3, "names")]
 
 
 def test_the_chapter_has_controls():

@@ -151,7 +151,7 @@ def test_stored_html_shows_one_frame_and_says_how_to_make_it_live():
     bundle = control(line, [1, 2, 5], "slope", start=2)._repr_mimebundle_()
     still = bundle["text/html"]
     assert still.count("<img") == 1 and "book-frame" not in still and "oninput" not in still
-    assert "Run this cell" in still and "slope: 2" in still and "3 states" in still
+    assert "Run the notebook up to this cell" in still and "slope: 2" in still and "3 states" in still
     assert bundle[CONTROL_HTML].count("<img") == 3 and "oninput" in bundle[CONTROL_HTML]
     assert re.search(r'src="([^"]+)"', still)[1] in bundle[CONTROL_HTML].split('data-label="2"')[1].split("</div>")[0]
 
@@ -254,7 +254,7 @@ def test_a_readers_kernel_draws_the_start_state_alone_and_the_rest_when_reached(
     assert calls == [2] and c.frames[0] is None and c.frames[2] is None
     bundle = c._repr_mimebundle_()
     assert CONTROL_HTML not in bundle, "no every-state html with one state drawn"
-    assert bundle["text/html"].count("<img") == 1 and "Run this cell" in bundle["text/html"]
+    assert bundle["text/html"].count("<img") == 1 and "Run the notebook up to this cell" in bundle["text/html"]
     assert WIDGET in bundle
     c.picker.value = 5                                   # the slider draws the state it reaches
     assert calls == [2, 5] and c.out.outputs[0]["data"]["text/html"].startswith("<img")
@@ -274,9 +274,21 @@ def test_a_readers_kernel_compares_the_start_state_and_checks_the_others_draw(mo
     assert [d[2].split(":")[0] for d in redraw_all([c])] == ["raised TypeError"] * 2
 
 
-def test_only_all_means_every_state(monkeypatch):
-    for value in ("1", "ALL", "yes", ""):
+def test_only_all_means_every_state_and_other_values_are_refused(monkeypatch):
+    """The reader-flow review: BOOK_FRAMES=1 drew the start state alone, without a word."""
+    monkeypatch.setenv("BOOK_FRAMES", "")
+    assert control(str, [1, 2], "n").html is None
+    for value in ("1", "ALL", "yes", " all"):
         monkeypatch.setenv("BOOK_FRAMES", value)
-        assert control(str, [1, 2], "n").html is None
+        with pytest.raises(ValueError, match=f"BOOK_FRAMES must be 'all' .* or empty, got {value!r}"):
+            control(str, [1, 2], "n")
     monkeypatch.setenv("BOOK_FRAMES", "all")
     assert control(str, [1, 2], "n").html.count('class="book-frame"') == 2
+
+
+def test_redraw_all_leaves_each_control_showing_its_pickers_state():
+    """The reader-flow review: after redraw_all a control showed its last state, its slider the start."""
+    c = control(line, [1, 2, 5], "slope", start=2)
+    c.build_widget()
+    shown = c.out.outputs
+    assert redraw_all([c]) == [] and c.out.outputs == shown and c.picker.value == 2
