@@ -7,6 +7,7 @@ through an undocumented attribute; that one use is isolated there, with what it 
 
 import contextlib
 import functools
+import gc
 import os
 import sys
 import time
@@ -320,6 +321,20 @@ def _block(fn, args, number, device):
     return time.perf_counter() - start
 
 
+@contextlib.contextmanager
+def _no_gc():
+    """The garbage collector off, as ``timeit`` (and so ``blocked_autorange``) has it while timing: a
+    collection falling inside one block made its round an outlier (here, before: the IQR above a quarter
+    of the median in 7 of 8 measurements of section 9.5's table; with it off, 2 of 8)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margin=0.2, spread=0.25, attempts=None,
             grows=None, device=None, seed=0, size_name="T"):
     """Time ``methods`` at every size with one protocol, and judge the measurement; returns ``Timings``.
@@ -334,7 +349,8 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
       seconds, at least one);
     - then ``rounds`` rounds, each timing one block of every method and the reference at every size,
       in an order rotated from round to round, so a disturbance spreads over all of them instead of
-      falling on one; a ``Measurement`` of the rounds gives the median and the IQR;
+      falling on one, with the garbage collector off as ``timeit`` has it; a ``Measurement`` of the rounds
+      gives the median and the IQR;
     - FLOPs are counted with ``FlopCounterMode`` (``count_flops``), once per method and size;
     - the verdict: the median grows with the size for every method in ``grows``, no method's counted
       FLOPs per second exceed the reference's best (over the sizes) by more than ``margin`` (the
@@ -386,10 +402,11 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
                 number[key] = timer.blocked_autorange(min_run_time=block).number_per_run
             raw = {key: [] for key in args}
             keys = list(args)
-            for r in range(rounds):
-                order = keys[r % len(keys):] + keys[:r % len(keys)]
-                for key in order:
-                    raw[key].append(_block(calls[key[0]][0], args[key], number[key], device))
+            with _no_gc():
+                for r in range(rounds):
+                    order = keys[r % len(keys):] + keys[:r % len(keys)]
+                    for key in order:
+                        raw[key].append(_block(calls[key[0]][0], args[key], number[key], device))
         measurements = {name: [Measurement(number[name, s], raw[name, s],
                                            TaskSpec(stmt=name, setup="", num_threads=1, sub_label=f"{size_name}={s}"))
                                for s in sizes] for name in names}

@@ -1,3 +1,4 @@
+import gc
 import math
 import subprocess
 import sys
@@ -109,6 +110,27 @@ def test_timings_measure_again_when_the_verdict_fails_and_say_so():
     assert t.attempt == 2 and t.broken() == ["shrinking: time does not grow with T"]
     assert str(t).splitlines()[-1].startswith("verdict: FAILED after 2 measurements: shrinking: time does not grow with T")
     assert made == [1, 2]                                         # the inputs are made once, outside the timing
+
+
+def test_timings_time_their_rounds_with_the_garbage_collector_off_and_restore_it():
+    """As timeit does: a collection inside a block would make its round an outlier. The collector is
+    on again afterwards, and stays off for a caller who had turned it off."""
+    seen = []
+
+    def probe(x):
+        seen.append(gc.isenabled())
+        return x
+
+    inputs = lambda size, generator, device: (size,)                  # noqa: E731
+    timings({"probe": probe}, [1, 2], inputs, rounds=3, block=0.0001, attempts=1, grows=[])
+    # the two calls counting FLOPs (once a size) are not timed; every timed call, blocked_autorange's (timeit's) too, is
+    assert seen[:2] == [True, True] and len(seen) > 8 and not any(seen[2:]) and gc.isenabled()
+    gc.disable()
+    try:
+        timings({"probe": probe}, [1], inputs, rounds=3, block=0.0001, attempts=1, grows=[])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_the_environment_sets_how_many_measurements_by_default(monkeypatch):
