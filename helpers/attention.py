@@ -2,7 +2,8 @@
 
 Masks follow ``torch.nn.MultiheadAttention``: a boolean tensor in which ``True`` marks a key that a
 query may *not* attend to. A query that may attend to no key at all (a fully masked row, or no keys)
-gets all-zero weights and a zero output, as ``F.scaled_dot_product_attention`` does in torch 2.13;
+gets all-zero weights and a zero output, as ``F.scaled_dot_product_attention`` does on the CPU in torch
+2.13 (its GPU kernels were not checked here);
 the softmax of a row of ``-inf`` alone would be NaN.
 
 A mask may hide keys but not add sequences: it must broadcast to the scores' shape without growing
