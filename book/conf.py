@@ -33,7 +33,7 @@ BRANCH = os.environ.get("BOOK_BRANCH", "main")
 project = "Attention and Transformers"
 html_title = "9. Attention and Transformers"
 
-extensions = ["myst_nb", "sphinx_copybutton"]
+extensions = ["myst_nb", "sphinx_copybutton", "sphinx_design"]   # sphinx_design: the solutions' {dropdown}
 root_doc = "index"
 exclude_patterns = ["README.md", "**/.ipynb_checkpoints"]  # README.md is staged for index.md to include
 

@@ -144,8 +144,8 @@ def places(md):
             if is_caption(cell):
                 found.append((flat(text), dict(what="caption", figure=figure, section=section, anchor=anchor)))
                 continue
-            for part in re.split(r"(<details>.*?</details>)", text, flags=re.S):
-                what = "solution" if part.startswith("<details>") else "prose"
+            for part in re.split(r"(^:::\{dropdown\}.*?^:::$)", text, flags=re.S | re.M):
+                what = "solution" if part.startswith(":::{dropdown}") else "prose"
                 found.append((flat(part), dict(what=what, figure="", section=section, anchor=anchor)))
         else:
             figure = figure_name(cell)

@@ -27,6 +27,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -110,6 +111,13 @@ OPEN = """async ([name, run]) => {
 }"""
 
 
+# The TeX commands (\alpha, \|) in the rendered markdown's text, leaving out code and typeset math (KaTeX's,
+# whose MathML keeps the TeX source).
+TEX_SHOWN = r"""(() => [...document.querySelectorAll('.jp-MarkdownCell .myst')]             // jupyterlab-myst's rendering
+    .flatMap(c => { const n = c.cloneNode(true); n.querySelectorAll('pre, code, .katex').forEach(e => e.remove());
+                    return n.textContent.match(/\\[A-Za-z|{]+/g) || []; }))"""
+
+
 def open_notebook(lab, browser, name, workspace):
     """A page on notebook `name` in a workspace of its own (reset, or the lab reopens earlier tabs)."""
     url, token = lab
@@ -150,6 +158,17 @@ def test_unrun_notebook_shows_one_frame_per_control_and_no_raw_myst(name, lab, b
         raw = RAW_MYST.findall(text)
         assert not raw, f"raw MyST shows in {name}: {raw[:5]}"
         assert "9." in text                              # the markdown did render
+        # Every solution opened, no TeX source shows: all the math is typeset (jupyterlab-myst left the math
+        # inside raw html, such as the <details> the solutions sat in before, as TeX without its dollars).
+        page.evaluate("() => document.querySelectorAll('.jp-MarkdownCell details').forEach(d => { d.open = true; })")
+        try:
+            page.wait_for_function(f"() => !{TEX_SHOWN}().length", timeout=60_000)
+        except PlaywrightTimeout:
+            pass
+        rendered = page.evaluate("() => document.querySelectorAll('.jp-MarkdownCell .myst').length")
+        assert rendered >= 10, f"{name}: {rendered} markdown cells rendered by jupyterlab-myst"   # the check below reads them
+        tex = page.evaluate(f"() => {TEX_SHOWN}()")
+        assert not tex, f"TeX shows as text in {name}, untypeset: {tex[:5]}"
         assert not away, f"requests to other hosts: {away}"
     finally:
         context.close()

@@ -317,11 +317,13 @@ def test_section_ends_with_four_to_six_exercises(section):
     assert len({n for n, _, _ in checked}) >= 3
     pairs = [(number, hidden(cell)) for number, _, cell in checked]
     assert pairs[0::2] == [(n, False) for n, _ in pairs[0::2]] and pairs[1::2] == [(n, True) for n, _ in pairs[0::2]]
-    # A written answer sits in a <details> block, closed until clicked.
+    # A written answer sits in a MyST dropdown, closed until clicked: a directive, so that its math is typeset
+    # in JupyterLab too (jupyterlab-myst leaves the TeX inside raw html such as <details> as text).
     for c in cells:
         if c.cell_type == "markdown" and "Solution" in c.source:
-            assert "<details>\n<summary>Solution</summary>\n" in c.source and c.source.count("<details>") == c.source.count(
-                "</details>") and c.source.rstrip().endswith("</details>") or re.search(r"</details>\n\n### Exercise ", c.source)
+            assert "<details>" not in c.source and ":::{dropdown} Solution\n" in c.source, c.source[:200]
+            assert c.source.count(":::{dropdown}") == len(re.findall(r"^:::$", c.source, flags=re.M)), c.source[:200]
+            assert c.source.rstrip().endswith("\n:::") or re.search(r"\n:::\n\n### Exercise ", c.source), c.source[-200:]
 
 
 @pytest.mark.parametrize("section", SECTIONS)
