@@ -296,7 +296,8 @@ class Timings:
         broken = self.broken()
         if not broken:
             return f"verdict: passed, measurement {self.attempt} of at most {self.attempts}: {rules}"
-        return f"verdict: FAILED after {self.attempt} measurements: {'; '.join(broken)} (rules: {rules})"
+        return (f"verdict: FAILED after {self.attempt} measurements: {'; '.join(broken)} (rules: {rules}). Other work"
+                " on the machine disturbs timings most: run the cell again when it is idle")
 
     def __str__(self):
         width = max(len(n) for n in self.names) + 1
