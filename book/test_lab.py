@@ -160,15 +160,13 @@ def test_unrun_notebook_shows_one_frame_per_control_and_no_raw_myst(name, lab, b
         assert "9." in text                              # the markdown did render
         # Every solution opened, no TeX source shows: all the math is typeset (jupyterlab-myst left the math
         # inside raw html, such as the <details> the solutions sat in before, as TeX without its dollars).
+        rendered = page.evaluate("() => document.querySelectorAll('.jp-MarkdownCell .myst').length")
+        assert rendered >= 10, f"{name}: {rendered} markdown cells rendered by jupyterlab-myst"   # the check below reads them
         page.evaluate("() => document.querySelectorAll('.jp-MarkdownCell details').forEach(d => { d.open = true; })")
         try:
             page.wait_for_function(f"() => !{TEX_SHOWN}().length", timeout=60_000)
         except PlaywrightTimeout:
-            pass
-        rendered = page.evaluate("() => document.querySelectorAll('.jp-MarkdownCell .myst').length")
-        assert rendered >= 10, f"{name}: {rendered} markdown cells rendered by jupyterlab-myst"   # the check below reads them
-        tex = page.evaluate(f"() => {TEX_SHOWN}()")
-        assert not tex, f"TeX shows as text in {name}, untypeset: {tex[:5]}"
+            pytest.fail(f"TeX shows as text in {name}, untypeset: {page.evaluate(f'() => {TEX_SHOWN}()')[:5]}")
         assert not away, f"requests to other hosts: {away}"
     finally:
         context.close()
