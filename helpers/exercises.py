@@ -1,4 +1,4 @@
-"""Checkers for the chapter's exercises: ``check("9.3.1", my_alibi_bias)``.
+"""Checkers for the chapter's exercises: ``check("9.3.3", my_rope)``.
 
 A checker runs the reader's answer on a few cases and prints one line: correct, or which case failed,
 expected against got (shape, index, largest error) and a hint. The hint comes from the usual mistakes:
@@ -166,6 +166,7 @@ class _State(threading.local):
     case = None        # the case the answer is running
     calls = 0          # calls of the answer so far in this check
     in_answer = False  # whether the answer (not the checker) is running
+    half = None        # the half-precision dtype the answer's last call computed with, if any (for the messages)
 
 
 _now = _State()   # (the checkers below have their own _state)
@@ -206,7 +207,7 @@ def verdict(number, answer, seed=None, time_limit=None):
         raise ValueError(f"time_limit must be a number of seconds between 0 and 1e6, got {limit!r}")
     saved = (_now.draw, _now.case, _now.calls, _now.in_answer)
     _now.draw = Draw(int.from_bytes(os.urandom(8), "little") if seed is None else seed)
-    _now.case, _now.calls, _now.in_answer = None, 0, False
+    _now.case, _now.calls, _now.in_answer, _now.half = None, 0, False, None
     try:
         if answer is None or answer is Ellipsis or (callable(answer) and _starter(answer) == "starter"):
             raise NotAttempted
@@ -427,18 +428,24 @@ def call(f, *args, case=None, watch=None, **kwargs):
                     "write the computation and return its result.")
     given, given_kw = _copied(args), _copied(kwargs)
     tee = _Tee(sys.stdout)
-    _now.case, _now.in_answer = label, True
+    # Every call is watched for half precision: where the checker passes no watch of its own, one that refuses
+    # nothing, so that a failing comparison can name the precision instead of a formula (a right formula computed
+    # in bfloat16 and returned as float32 is off by 1e-3), while a half tensor used for something else, such as
+    # a dtype's size, changes nothing when the answer is right.
+    watch = _Watch(half_refused=False) if watch is None else watch
+    _now.case, _now.in_answer, _now.half = label, True, None
     try:
-        with contextlib.redirect_stdout(tee), watch if watch is not None else contextlib.nullcontext():
+        with contextlib.redirect_stdout(tee), watch:
             out = f(*given, **given_kw)
     except _Forbidden as forbidden:
         raise Wrong(f"{label}: {name} {forbidden}") from None
     except Exception as error:
-        if watch is not None and watch.refused:
+        if watch.refused:
             raise Wrong(f"{label}: {name} {watch.why}") from None
         raise _Raised(label, error) from error
     _now.in_answer = False          # (left True when time runs out in the answer, for verdict's message)
-    if watch is not None and watch.refused:
+    _now.half = watch.half
+    if watch.refused:
         raise Wrong(f"{label}: {name} {watch.why}")
     names = _names(f, args, kwargs)
     changed = [(names.get(i, f"number {i + 1}"), a) for i, (a, b) in enumerate(zip(args, given, strict=True))
@@ -455,7 +462,7 @@ def call(f, *args, case=None, watch=None, **kwargs):
                                                           if tee.wrote else ": is a return statement missing?"))
     if out is Ellipsis:
         raise Wrong(f"{label}: {name} returned ... (Ellipsis): return the result itself.")
-    if watch is not None and watch.half_refused and watch.half is not None:
+    if watch.half_refused and watch.half is not None:
         raise Wrong(f"{label}: {name} computed with {watch.half} tensors, which keep about {_HALF_DIGITS[watch.half]} "
                     "significant digits, too few for this check: compute in float32 or float64.")
     return out
@@ -565,6 +572,10 @@ def _matching(got, mistakes, same):
 
 
 def _hinted(case, detail, hints, hint):
+    if _now.half is not None:       # the answer computed in half precision: that, not the formula, is the first suspect
+        return Wrong(f"{case}: {detail}. Your function computed with {_now.half} tensors, which keep about "
+                     f"{_HALF_DIGITS[_now.half]} significant digits, too few for this check: compute in float32 or "
+                     "float64.")
     if len(hints) == 1:
         return Wrong(f"{case}: {detail}. {hints[0]}")
     if hints:
@@ -851,14 +862,16 @@ def _(answer):
         ], hint="Hide key j from query i where j > i or j >= the sequence's length.")
 
 
-def _mqa(x, Wq, Wk, Wv, heads, causal=True, split=True, scale=None, merge=True):
+def _mqa(x, Wq, Wk, Wv, heads, causal=True, split=True, scale=None, merge=True, dim=-1):
     B, T, d = x.shape
     q = (x @ Wq).view(B, T, heads, d // heads).transpose(1, 2) if split else (x @ Wq).view(B, heads, T, d // heads)
     k, v = (x @ Wk)[:, None], (x @ Wv)[:, None]                        # (B, 1, T, d_h): one head, shared
     s = q @ k.mT * (scale or (d // heads) ** -0.5)
     if causal:
-        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 0 if causal == "diagonal" else 1), float("-inf"))
-    y = torch.softmax(s, -1) @ v                                       # (B, H, T, d_h)
+        ones = torch.ones(T, T, dtype=torch.bool)
+        hide = {"diagonal": torch.triu(ones, 0), "transposed": torch.tril(ones, -1)}.get(causal, torch.triu(ones, 1))
+        s = s.masked_fill(hide, float("-inf"))
+    y = torch.softmax(s, dim) @ v                                      # (B, H, T, d_h)
     return y.transpose(1, 2).reshape(B, T, d) if merge else y.reshape(B, T, d)
 
 
@@ -888,6 +901,10 @@ def _(answer):
             (_mqa(x, Wq, Wk, Wv, H, split=False), "Split the queries into heads with view(B, T, H, d_h).transpose(1, 2), "
                                                   "not view(B, H, T, d_h): that mixes tokens into heads."),
             (_mqa(x, Wq, Wk, Wv, H, merge=False), "Put the heads back with transpose(1, 2) before the reshape to (B, T, d)."),
+            (_mqa(x, Wq, Wk, Wv, H, dim=-2), "The softmax runs over the keys, the last axis (dim=-1): each query's "
+                                             "weights sum to one, not each key's."),
+            (_mqa(x, Wq, Wk, Wv, H, causal="transposed"), "The mask is transposed: it hides the keys before each query. "
+                                                          "Hide those after it, j > i: triu(..., diagonal=1)."),
         ]
         compare(call(answer, x, Wq, Wk, Wv, H, case=case), want, case, mistakes=mistakes,
                 hint="Every head's queries attend to the same keys x Wk and values x Wv; d_h = d / heads.")
@@ -1038,8 +1055,9 @@ def _(answer):
 # 9.5 -----------------------------------------------------------------------------------------------
 
 def _state(s, v):
+    """A tile's (m, l, acc) for scores s (queries, keys); a query whose scores are all -inf gets (-inf, 0, 0)."""
     m = s.amax(-1, keepdim=True)
-    e = torch.exp(s - m)
+    e = torch.exp(s - torch.where(m.isinf(), torch.zeros_like(m), m))
     return m, e.sum(-1, keepdim=True), e @ v
 
 
@@ -1068,16 +1086,22 @@ def _(answer):
                 (x_a * torch.exp(m - a[0]) + x_b * torch.exp(m - b[0]),
                  "The rescaling factor is exp(m_tile - m), at most 1: yours is upside down."),
             ], hint=f"{what} = {what.split()[-1]}_a exp(m_a - m) + {what.split()[-1]}_b exp(m_b - m).")
-    # Queries that have seen no key in either tile (a fully masked row, as tiled_attention meets): m = -inf, l = 0.
-    case = "the last case (2 queries that saw no key in either tile: m = -inf, l = 0, acc = 0)"
-    empty = (torch.full((2, 1), float("-inf"), dtype=torch.float64), torch.zeros(2, 1, dtype=torch.float64),
-             torch.zeros(2, 3, dtype=torch.float64))
-    got = pair(call(answer, empty, tuple(t.clone() for t in empty), case=case), case, ("m", "l", "acc"))
-    compare(got[0], empty[0], case, what="maximum m", hint="A query that saw no key keeps m = -inf, the maximum of "
+    # Queries that saw no key in a tile (a fully masked row, as tiled_attention meets): m = -inf, l = 0, acc = 0 for
+    # that tile. Mixed in one batch, as they come: an answer that special-cases a batch of them all fails here.
+    case = ("the last case (4 queries: the first saw keys in tile a only, the second in neither tile, the third in "
+            "both, the fourth in tile b only; a tile with no key has m = -inf, l = 0, acc = 0)")
+    s_a, s_b = r.randn(4, 3) * 3, r.randn(4, 2) * 3
+    s_a[[1, 3]], s_b[[0, 1]] = float("-inf"), float("-inf")
+    v_a, v_b = r.randn(3, 3), r.randn(2, 3)
+    a, b = _state(s_a, v_a), _state(s_b, v_b)
+    want = _state(torch.cat([s_a, s_b], -1), torch.cat([v_a, v_b]))
+    got = pair(call(answer, a, b, case=case), case, ("m", "l", "acc"))
+    compare(got[0], want[0], case, what="maximum m", hint="A query that saw no key keeps m = -inf, the maximum of "
                                                            "nothing, in the merged state too: change only the shift.")
-    for what, got_x, want in zip(("normalizer l", "sum acc"), got[1:], empty[1:], strict=True):
-        compare(got_x, want, case, what=what, hint="exp(m_a - m) is exp(-inf - (-inf)) = NaN here: where m is -inf, "
-                                                     "shift by 0 instead (torch.where), as tiled_attention does.")
+    for what, got_x, want_x in zip(("normalizer l", "sum acc"), got[1:], want[1:], strict=True):
+        compare(got_x, want_x, case, what=what, hint="Where both tiles saw no key, exp(m_a - m) is "
+                                                     "exp(-inf - (-inf)) = NaN: where m is -inf, shift by 0 instead "
+                                                     "(torch.where), as tiled_attention does.")
 
 
 @exercise("9.5.2", "Your cache sizes are exact for multi-head, grouped-query and multi-query models.")
@@ -1091,9 +1115,10 @@ def _(answer):
     # The first case tells apart every mistake below but a forgotten bytes_per (1 byte per number): no two of its
     # factors are equal and none is 2; the second tells that one apart (4 bytes, no factor 4 elsewhere). The shown
     # cases cover every kind the message names, whatever the hidden ones draw: grouped-query (cases 1 to 3),
-    # multi-query (case 4) and multi-head (case 5, GPT-2 medium's shape: kv_heads = heads).
+    # multi-query (case 4) and multi-head (case 5, GPT-2 medium's shape: kv_heads = heads). Case 6's product,
+    # 2^5 x 283,497,165, has an odd factor above 2^24: float32 cannot hold it, so a product rounded there fails.
     shown = [(28, 40, 8, 128, 4096, 3, 1), (32, 32, 8, 128, 8192, 2, 4), (2, 8, 2, 16, 64, 1, 4), (24, 16, 1, 64, 1000, 3, 2),
-             (24, 16, 16, 64, 1024, 3, 4)]
+             (24, 16, 16, 64, 1024, 3, 4), (27, 9, 3, 80, 99_999, 7, 1)]
 
     def describe(layers, heads, kv_heads, d_head, T, batch, nbytes):
         return (f"{layers} layers, {heads} query heads, {kv_heads} key-value head{'s' * (kv_heads > 1)} of width {d_head}, "
@@ -1111,13 +1136,20 @@ def _(answer):
             (want // nbytes * 2, "Use the argument bytes_per: not every cache holds 2-byte numbers."),
             (want * 8, "Count bytes, not bits: bytes_per is already in bytes."),
             (want // d_head, "Each head caches a vector of d_head numbers per token: multiply by d_head."),
+            (want * 2, "Keys and values make one factor 2: yours counts it twice."),
         ]
         wrapped = (want + 2 ** 31) % 2 ** 32 - 2 ** 31              # the product computed in int32, wrapped around
         if wrapped != want:
             mistakes.append((wrapped, f"{wrapped:,} is what this product gives when computed in int32 (a torch.int32 or "
                                       f"NumPy int32 tensor), which wraps around past {2 ** 31 - 1:,}: compute it in "
                                       "Python ints or int64."))
-        compare_number(call(answer, layers, heads, kv_heads, d_head, T, batch, nbytes, case=case), want, case, exact=True,
+        got = call(answer, layers, heads, kv_heads, d_head, T, batch, nbytes, case=case)
+        value = _as_number(got, case, "number of bytes")
+        if isinstance(value, float) and value != want and math.isclose(value, want, rel_tol=1e-6):
+            raise Wrong(f"{case}: expected {want:,}, got {value:,.0f}, off by {abs(value - want):,.0f}: the product was "
+                        "rounded in floating point (float32 keeps 24 bits, exact only up to 16,777,216). Compute it in "
+                        "Python ints or int64.")
+        compare_number(got, want, case, exact=True,
                        what="number of bytes", mistakes=mistakes,
                        hint="2 (keys and values) x layers x kv_heads x d_head x T x batch x bytes per number.")
 
@@ -1211,8 +1243,10 @@ def _pick(g, options):
 
 
 def _integer(got, case, what, inf_ok=False):
-    """``got`` as an int: Python or NumPy integers and 0-d integer tensors; never a bool, float or string, nor a
-    tensor of shape (1,) (with ``inf_ok``, also infinity: math.inf, as ``min`` of nothing)."""
+    """``got`` as an int: Python or NumPy integers and 0-d integer tensors, and a whole float (a count computed in
+    floating point, such as ``D.max().item()``, is right; 9.5.2's ``compare_number(exact=True)`` takes one too);
+    never a bool, a fractional float or a string, nor a tensor of shape (1,) (with ``inf_ok``, also infinity:
+    math.inf, as ``min`` of nothing)."""
     if isinstance(got, bool | np.bool_):
         raise Wrong(f"{case}: the {what} should be an integer, got a bool ({got})")
     value = _one(got, case, what, "one integer" + (" or math.inf" if inf_ok else ""))
@@ -1220,15 +1254,18 @@ def _integer(got, case, what, inf_ok=False):
         return math.inf
     if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
         return int(value)
+    if isinstance(value, float | np.floating) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
     raise Wrong(f"{case}: the {what} should be an integer{' or math.inf' if inf_ok else ''}, got {_kind(got)}")
 
 
 # 9.1.3: decoding the reversal model with some source positions hidden ----------------------------------
 
 def _decode_hiding(model, source, offsets, relative=1, copied=True, renormalize=True, context=True, wrap=False,
-                   teacher=False, tanh=True):
+                   teacher=False, tanh=True, start=False):
     """Greedy decoding with source positions n - 1 - t + o, o in offsets, hidden at output step t (``teacher``:
-    the mistake of feeding the true reversed digit instead of the model's own prediction)."""
+    the mistake of feeding the true reversed digit instead of the model's own prediction; ``start``: of feeding
+    the start symbol at every step)."""
     n = source.shape[1]
     with torch.no_grad():
         h, _ = model.encoder(model.embed(source))
@@ -1251,7 +1288,7 @@ def _decode_hiding(model, source, offsets, relative=1, copied=True, renormalize=
             logit = model.out(torch.cat([s, c], -1))
             logits.append(logit)
             weights.append(a)
-            prev = source[:, n - 1 - t] if teacher else logit.argmax(-1)
+            prev = source[:, n - 1 - t] if teacher else prev if start else logit.argmax(-1)
     return torch.stack(logits, 1), torch.stack(weights, 1)
 
 
@@ -1284,8 +1321,11 @@ def _(answer):
         teacher_logits, teacher_w = _decode_hiding(model, source, offsets, teacher=True)
         # (call hands the answer a copy of the model and of the source, and tells an answer that changed them so.)
         got = pair(call(answer, model, source, offsets, case=case), case, ("logits", "weights"))
+        start_w = _decode_hiding(model, source, offsets, start=True)[1]
         compare(got[1], want_w, case, what="weights", atol=1e-5, rtol=1e-4, mistakes=[
             (teacher_w, _OWN_PREDICTION),
+            (start_w, "Every step is fed the start symbol: after each step, feed the model's own prediction, "
+                      "prev = the argmax of its logits, as AttentionSeq2Seq.forward does."),
             (_decode_hiding(model, source, offsets, tanh=False)[1],
              "The decoder starts from s = tanh(init(mean of h)), as AttentionSeq2Seq.forward does: the tanh is missing."),
             (_decode_hiding(model, source, offsets, relative=-1)[1],
@@ -1355,7 +1395,8 @@ def _layer(g, d, T, kind):
         # and so does a gradient test (the gradient there is 8e-6, not 0), while torch.allclose's default tolerance,
         # 1e-8 + 1e-5 |y| >= 8e-5, is 10 times larger and never does; a gradient threshold of 1e-4 misses it too
         # (summed over both channels the gradient is 1.6e-5), but sees the tap 2 dil back.
-        dilation = _pick(g, (1, 2, 3))
+        # Dilated (2 or 3) in every run: the inputs it depends on are not contiguous, so counting them is not the reach.
+        dilation = _pick(g, (2, 3))
         conv = _Conv(d, 4, dilation)
         with torch.no_grad():
             weight = conv.conv.weight                               # (d, d, 4): tap 0 is the farthest input
@@ -1403,6 +1444,9 @@ def _(answer):
         ]
         if kind in ("conv", "faint"):
             mistakes += [
+                (int((size > 0).sum()) - 1, "That counts the inputs the last output depends on, minus one: a dilated "
+                                            "convolution skips the inputs between its taps, so the reach is the distance "
+                                            "to the farthest of them, T - 1 minus its position."),
                 (T - 1 - int(size.argmax()), "That is the input with the largest gradient: the reach counts any "
                                              "dependence, however weak, so take the earliest position whose gradient "
                                              "is not exactly zero."),
@@ -1499,12 +1543,12 @@ def _(answer):
 
 # 9.5.3: how many layers a sparse pattern needs to connect every pair --------------------------------------
 
-def _diameter(pattern, hops=False, middle=False):
+def _diameter(pattern, hops=False, middle=False, first=False):
     T = pattern.shape[0]
     p = pattern.to(torch.float64)
     reach = p.clone()
     for n in range(1, T + 1):
-        done = (reach[T // 2] > 0).all() if middle else (reach > 0).all()
+        done = (reach[T // 2] > 0).all() if middle else (reach[0] > 0).all() if first else (reach > 0).all()
         if done:
             return n - 1 if hops else n
         reach = ((reach @ p) > 0).to(torch.float64)
@@ -1540,6 +1584,8 @@ def _(answer):
         # Case 1, a window of one neighbour on either side, tells the mistakes apart: T - 1 layers connect every
         # pair, T - 2 hops, T / 2 layers the middle token alone.
         pattern = _pattern(g, T, ("window",), r=1) if k == 1 else _pattern(g, T)
+        if k == 2:                      # the first query sees every key at once, the others only their neighbours:
+            pattern = _pattern(g, T, ("window",)) | (torch.arange(T)[:, None] == 0)   # counting it alone is too few
         if k == 6:                      # a directed pattern that never connects: symmetrizing it would connect it
             i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
             pattern = ((i - j).abs() <= 1) & (j <= i)
@@ -1558,6 +1604,7 @@ def _(answer):
                                             "allows, so start at 1."),
             (want + 1, "Off by one: stop at the first number of layers after which everything is connected."),
             (_diameter(pattern, middle=True), "Every query must receive every key, not only the middle token."),
+            (_diameter(pattern, first=True), "Every query must receive every key, not only the first one."),
         ], hint="Information from key j reaches query i after n layers where the boolean power pattern^n is True; "
                 "find the smallest n at which it is True everywhere.")
 
@@ -1607,8 +1654,8 @@ def _slope_grad(q, k, v, m, d_out, variant=None):
     return -(ds * dist.clamp(min=0)).sum()
 
 
-@exercise("9.A.2", "Your slope gradient equals autograd's: dL/dm = -sum_ij dS_ij (i - j), with dS from the softmax "
-                   "backward of Appendix C.")
+@exercise("9.A.2", "Your slope gradient equals autograd's in every case. Derived, it is dL/dm = -sum_ij dS_ij (i - j), "
+                   "with dS from the softmax backward of Appendix C.")
 def _(answer):
     g = _fresh()
     for k in range(1, 4):

@@ -98,13 +98,14 @@ def _mask(lengths, T, diagonal=1, keys=True, combine=torch.logical_or):
     return combine(j >= i + diagonal, padded)
 
 
-def _mqa(x, W_q, W_k, W_v, H, causal=True, d_scale=False, split="BTHd"):
+def _mqa(x, W_q, W_k, W_v, H, causal=True, d_scale=False, split="BTHd", dim=-1):
     B, T, d = x.shape
     q = (x @ W_q).view(B, T, H, d // H).transpose(1, 2) if split == "BTHd" else (x @ W_q).view(B, H, T, d // H)
     s = q @ (x @ W_k)[:, None].mT / (d if d_scale else d // H) ** 0.5
     if causal:
-        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-    return (torch.softmax(s, -1) @ (x @ W_v)[:, None]).transpose(1, 2).reshape(B, T, d)
+        ones = torch.ones(T, T, dtype=torch.bool)
+        s = s.masked_fill(ones.tril(-1) if causal == "transposed" else ones.triu(1), float("-inf"))
+    return (torch.softmax(s, dim) @ (x @ W_v)[:, None]).transpose(1, 2).reshape(B, T, d)
 
 
 def _far(m, T, w, at_least=False, normalized=True, sign=-1):
@@ -141,6 +142,13 @@ def _merge(a, b, rescale=True, upside_down=False, add_maxima=False):
     if not rescale:
         r_a = r_b = 1.0
     return m, l_a * r_a + l_b * r_b, acc_a * r_a + acc_b * r_b
+
+
+def _merge_all_empty_only(a, b):
+    """Wrong: handles a batch in which every query saw no key, and gives NaN when only some did (a student's)."""
+    if torch.isinf(a[0]).all() and torch.isinf(b[0]).all():
+        return a
+    return _merge(a, b)
 
 
 def _patch_embed(img, W, b, P, channels_last=False, transposed=False, bias=True):
@@ -194,6 +202,8 @@ WRONG = {
         (lambda x, W_q, W_k, W_v, H: _mqa(x, W_q, W_k, W_v, H, causal=False), "add the causal mask"),
         (lambda x, W_q, W_k, W_v, H: _mqa(x, W_q, W_k, W_v, H, d_scale=True), "1/sqrt(d_h)"),
         (lambda x, W_q, W_k, W_v, H: _mqa(x, W_q, W_k, W_v, H, split="BHTd"), "mixes tokens into heads"),
+        (lambda x, W_q, W_k, W_v, H: _mqa(x, W_q, W_k, W_v, H, dim=-2), "runs over the keys"),
+        (lambda x, W_q, W_k, W_v, H: _mqa(x, W_q, W_k, W_v, H, causal="transposed"), "mask is transposed"),
     ],
     "9.3.2": [
         (lambda m, T, w: _far(m, T, w, at_least=True), "distance w itself is inside"),
@@ -224,6 +234,7 @@ WRONG = {
         (lambda a, b: _merge(a, b, upside_down=True), "upside down"),
         (lambda a, b: _merge(a, b, add_maxima=True), "not their sum"),
         (lambda a, b: _merge(a, b)[1:], "return a tuple (m, l, acc)"),
+        (_merge_all_empty_only, "Where both tiles saw no key"),
     ],
     "9.5.2": [
         (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: 2 * layers * heads * d_head * T * batch * bytes_per,
@@ -234,6 +245,11 @@ WRONG = {
          "number of layers"),
         (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: 2 * layers * kv_heads * d_head * T * bytes_per,
          "batch size"),
+        (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2:
+         torch.tensor([2, layers, kv_heads, d_head, T, batch, bytes_per], dtype=torch.float32).prod(),
+         "rounded in floating point"),
+        (lambda layers, heads, kv_heads, d_head, T, batch=1, bytes_per=2: 4 * layers * kv_heads * d_head * T * batch * bytes_per,
+         "counts it twice"),
     ],
     "9.6.1": [
         (lambda img, W, b, P: _patch_embed(img, W, b, P, channels_last=True), "channel first"),
@@ -990,7 +1006,7 @@ REPEATS = 6
 
 
 def _decode(model, source, offsets, sign=1, copied=True, renormalize=True, context=True, wrap=False, modify=False,
-            teacher=False, tanh=True):
+            teacher=False, tanh=True, start=False):
     n = source.shape[1]
     if modify:
         model.out.weight.data.mul_(2.0)
@@ -1013,7 +1029,7 @@ def _decode(model, source, offsets, sign=1, copied=True, renormalize=True, conte
         logit = model.out(torch.cat([s, c], -1))
         logits.append(logit)
         weights.append(a)
-        prev = source[:, n - 1 - t] if teacher else logit.argmax(-1)
+        prev = source[:, n - 1 - t] if teacher else prev if start else logit.argmax(-1)
     return torch.stack(logits, 1), torch.stack(weights, 1)
 
 
@@ -1044,6 +1060,13 @@ def _reach(layer, T=64, d=4, index=False, plus_one=False, first_output=False, al
     (grad,) = torch.autograd.grad(out.sum(), x)
     first = int((grad[0].abs().sum(-1) > 0).nonzero()[-1 if last else 0])
     return first if index else T - 1 - first + plus_one
+
+
+def _reach_count(layer, T=64, d=4):
+    """Wrong: the number of inputs the last output depends on, minus one (right only where they are contiguous)."""
+    x = torch.randn(1, T, d, requires_grad=True)
+    (grad,) = torch.autograd.grad(layer(x)[0, -1].sum(), x)
+    return int((grad[0].abs().sum(-1) > 0).sum()) - 1
 
 
 def _reach_jacobian(layer, T=64, d=4):
@@ -1114,14 +1137,23 @@ def _rms_float64(blocks, x):
     return torch.stack(out).float()
 
 
-def _connect(pattern, hops=False, plus=0, middle=False, never=math.inf):
+def _connect(pattern, hops=False, plus=0, middle=False, never=math.inf, first=False):
     T = pattern.shape[0]
     reach = pattern.clone()
     for n in range(1, T + 1):
-        if (reach[T // 2] if middle else reach).all():
+        if (reach[T // 2] if middle else reach[0] if first else reach).all():
             return n - 1 if hops else n + plus
         reach = (reach.double() @ pattern.double()) > 0
     return never
+
+
+def _connect_floyd(pattern):
+    """Correct, another way: Floyd-Warshall's shortest paths in float64, the longest returned as a whole float."""
+    T = pattern.shape[0]
+    D = torch.where(pattern, 1.0, math.inf).double()
+    for k in range(T):
+        D = torch.minimum(D, D[:, k:k + 1] + D[k:k + 1, :])
+    return D.max().item()
 
 
 def _connect_bfs(pattern):
@@ -1221,6 +1253,7 @@ NEW_WRONG = {
         (lambda model, source, offsets: _decode(model, source, offsets, modify=True), "changed the model it was given as "
                                                                                       "model (its parameters"),
         (lambda model, source, offsets: _decode(model, source, offsets, teacher=True), "teacher forcing"),
+        (lambda model, source, offsets: _decode(model, source, offsets, start=True), "fed the start symbol"),
     ],
     "9.2.2": [
         (lambda layer, T=64, d=4: _reach(layer, T, d, index=True), "not that input's index"),
@@ -1228,8 +1261,9 @@ NEW_WRONG = {
         (lambda layer, T=64, d=4: _reach(layer, T, d, first_output=True), "Differentiate the last output alone"),
         (lambda layer, T=64, d=4: _reach(layer, T, d, last=True), "not the latest such position"),
         (lambda layer, T=64, d=4: torch.tensor([_reach(layer, T, d)]), "got a tensor of shape (1,)"),
-        (lambda layer, T=64, d=4: float(_reach(layer, T, d)), "should be an integer"),
+        (lambda layer, T=64, d=4: _reach(layer, T, d) + 0.5, "should be an integer"),
         (lambda layer, T=64, d=4: str(_reach(layer, T, d)), "should be an integer"),
+        (_reach_count, "counts the inputs"),
     ],
     "9.3.1": [
         (lambda m, T, delta: _advantage_answer(m, T, delta, others=False), "other T - 1 keys compete"),
@@ -1250,6 +1284,7 @@ NEW_WRONG = {
         (lambda pattern: _connect(pattern, hops=True), "start at 1"),
         (lambda pattern: _connect(pattern, plus=1), "stop at the first number of layers"),
         (lambda pattern: _connect(pattern, middle=True), "not only the middle token"),
+        (lambda pattern: _connect(pattern, first=True), "not only the first one"),
         (lambda pattern: _connect(pattern, never=pattern.shape[0]), "return math.inf"),
         (lambda pattern: _connect(pattern, never=-1), "return math.inf"),
     ],
@@ -1270,10 +1305,10 @@ WRONG.update({n: w for n, w in NEW_WRONG.items() if not n.startswith("9.A")})
 
 RIGHT = {
     "9.1.3": [_decode_masked_scores, lambda model, source, offsets: _decode(model, source, offsets)],
-    "9.2.2": [_reach_jacobian, _reach_loop],
+    "9.2.2": [_reach_jacobian, _reach_loop, lambda layer, T=64, d=4: float(_reach(layer, T, d))],
     "9.3.1": [_advantage_bisection, _advantage_closed],
     "9.4.1": [_rms_float64, lambda blocks, x: torch.tensor([v for v in _rms(blocks, x, as_list=True)])],
-    "9.5.3": [_connect_bfs, _connect_numpy],
+    "9.5.3": [_connect_bfs, _connect_numpy, _connect_floyd],
     "9.A.1": [_temperature_autograd, _temperature_einsum],
     "9.A.2": [_slope_autograd, _slope_loops],
 }
@@ -1632,3 +1667,21 @@ def test_new_hints_name_their_mistake():
         return torch.tensor([2, layers, kv_heads, d_head, T, batch, bytes_per], dtype=torch.int32).prod(dtype=torch.int32)
     ok, message = verdict("9.5.2", int32)
     assert ok is False and "is what this product gives when computed in int32" in message, message
+
+
+def test_a_formula_computed_in_half_precision_is_told_so_and_half_used_for_something_else_is_not():
+    """A right formula computed in bfloat16 and returned as float32 fails on precision, and the message says so
+    (not a hint about the formula); a right answer that makes a half tensor for another purpose passes."""
+    def attention_bf16(Q, K, V):
+        w = torch.softmax(Q.bfloat16() @ K.bfloat16().mT / Q.shape[-1] ** 0.5, -1)
+        return (w @ V.bfloat16()).to(Q.dtype), w.to(Q.dtype)
+
+    ok, message = verdict("9.1.1", attention_bf16)
+    assert ok is False and "computed with torch.bfloat16 tensors" in message, message
+
+    def cache_bytes(layers, heads, kv_heads, d_head, T, batch, bytes_per):
+        assert torch.empty(0, dtype=torch.float16).element_size() == 2         # a half tensor, used for its size
+        return 2 * layers * kv_heads * d_head * T * batch * bytes_per
+
+    ok, message = verdict("9.5.2", cache_bytes)
+    assert ok, message
