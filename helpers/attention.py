@@ -69,7 +69,9 @@ def check_mask(mask, shape):
 
     A mask of more than two dimensions must have as many as the scores: broadcasting aligns the last
     dimensions, so a ``(B, 1, n)`` padding mask against ``(B, H, m, n)`` scores would line its batch up
-    with the heads, silently wrong whenever ``B == H`` (add the head axis: ``mask[:, None]``).
+    with the heads, silently wrong whenever ``B == H`` (add the head axis: ``mask[:, None]``). A two-dimensional
+    mask is ``(m, n)``, one row per query, shared by every sequence (a causal mask): a padding mask
+    ``(B, n)`` must be given as ``(B, 1, n)``, since when ``B == m`` the two cannot be told apart.
     """
     tensor(mask, "mask")
     if mask.dtype != torch.bool:

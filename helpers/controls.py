@@ -189,8 +189,10 @@ class Control:
         """The live control: moving it calls ``draw`` and redraws in an Output widget."""
         import ipywidgets as widgets
 
+        # The picker is followed by its index, not its value: values may be equal and still different states
+        # (1 and True, 0.0 and False), and a change between them would not change the value.
         options = list(zip(self.labels, self.values, strict=True))
-        common = dict(options=options, value=self.values[self.start], description=self.label,
+        common = dict(options=options, index=self.start, description=self.label,
                       style={"description_width": "initial"}, layout={"width": "28em"})
         # A slider redraws when released, not at every value it passes (each redraw runs torch and matplotlib).
         self.picker = (widgets.Dropdown(**common) if self.words
@@ -198,7 +200,7 @@ class Control:
         self.out = widgets.Output()
         self.out.outputs = ({"output_type": "display_data", "metadata": {},
                              "data": {"text/html": self.frames[self.start], "text/plain": self.labels[self.start]}},)
-        self.picker.observe(lambda change: self.redraw(change["new"]), names="value")
+        self.picker.observe(lambda change: self.redraw(self.values[change["new"]]), names="index")
         self.widget = widgets.VBox([self.picker, self.out])
         return self.widget
 

@@ -33,7 +33,9 @@ What a check guarantees
   matched exactly: the same infinity, NaN where NaN is expected.
 - **A time limit.** Each check stops after ``time_limit`` seconds (20 by default; ``signal.setitimer``
   in the main thread, where a notebook kernel runs ``check``, or a watcher thread elsewhere) and says
-  which case the answer was running.
+  which case the answer was running. The stop is an exception, so an answer that catches every exception in
+  a loop that never ends (a bare ``except:``, which also catches Jupyter's interrupt) cannot be stopped from
+  Python: restart the kernel.
 - **"Not attempted" only for the untouched starter**: a function whose body is only ``...`` (the
   starter's ``...  # your code here``) or only ``raise NotImplementedError``, read from its source (or,
   without source, its byte code). Anything else is run: an answer that returns None is told so ("did

@@ -8,10 +8,12 @@ through an undocumented attribute; that one use is isolated there, with what it 
 import contextlib
 import functools
 import gc
+import numbers
 import os
 import sys
 import time
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -131,8 +133,16 @@ def _cuda_peak(fn, device):
     return highest - base
 
 
-def _sizes(values, name):
-    """``values``, a sequence of positive ints (a list, range, array or tensor), as a list of ``int``."""
+def _seed(value):
+    """``value``, a seed for a ``torch.Generator``: an int in 0 .. 2**63 - 1 (what ``manual_seed`` takes), or ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 2**63:
+        raise ValueError(f"seed must be an int in 0 .. 2**63 - 1, got {value!r}")
+    return int(value)
+
+
+def _sizes(values, name, increasing=False):
+    """``values``, a sequence of positive ints (a list, range, array or tensor), as a list of ``int``; with
+    ``increasing``, each larger than the one before (a rule about growth needs sizes that grow)."""
     if hasattr(values, "tolist"):
         values = values.tolist()                          # an array or tensor: its truth value is ambiguous
     if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
@@ -140,7 +150,11 @@ def _sizes(values, name):
     values = list(values)
     if not values:
         raise ValueError(f"{name} must be positive ints, got {values!r}")
-    return [positive_int(v, f"every one of {name}") for v in values]
+    values = [positive_int(v, f"every one of {name}") for v in values]
+    if increasing and any(b <= a for a, b in zip(values[:-1], values[1:], strict=True)):
+        raise ValueError(f"{name} must increase, each larger than the one before (the verdict asks whether the time "
+                         f"grows with them), got {values}")
+    return values
 
 
 def attention_inputs(d=64, heads=1, dtype=torch.float32):
@@ -165,7 +179,7 @@ def peak_memories(methods, lengths, d=64, heads=1, device=None, dtype=torch.floa
     lengths = _sizes(lengths, "lengths")
     device = torch.device("cpu" if device is None else device)
     inputs = attention_inputs(d, heads, dtype)
-    g = torch.Generator(device=device).manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(_seed(seed))
     results = {name: [] for name in methods}
     with torch.no_grad():
         for T in tqdm(lengths, desc=f"peak memory ({device.type})", file=sys.stderr, leave=False):
@@ -177,6 +191,10 @@ def peak_memories(methods, lengths, d=64, heads=1, device=None, dtype=torch.floa
 
 def growth_exponent(x, y):
     """Least-squares slope of ``log y`` against ``log x``: ``y ~ x^slope``."""
+    for name, series in (("x", x), ("y", y)):
+        if isinstance(series, str | bytes) or not hasattr(series, "__len__") or any(
+                isinstance(v, bool | np.bool_) for v in (series.tolist() if hasattr(series, "tolist") else series)):
+            raise ValueError(f"growth_exponent takes two sequences of positive numbers, got {name} = {series!r:.60}")
     x, y = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
     if x.shape != y.shape or x.dim() != 1 or len(x) < 2:
         raise ValueError(f"need two 1-D series of equal length >= 2, got shapes {tuple(x.shape)} and {tuple(y.shape)}")
@@ -290,9 +308,10 @@ class Timings:
     def verdict(self):
         which = "every method" if set(self.grows) == set(self.names) else ", ".join(self.grows)
         margin = self.rules["margin"]
-        rules = (f"time grows with {self.size_name} for {which}"
-                 + (f", none above the reference's best FLOP rate by more than {margin:.0%}" if self.reference else "")
-                 + f", spread (IQR / median) at most {self.rules['spread']:.0%}")
+        rules = ", ".join(
+            ([f"time grows with {self.size_name} for {which}"] if self.grows and len(self.sizes) > 1 else [])
+            + ([f"none above the reference's best FLOP rate by more than {margin:.0%}"] if self.reference else [])
+            + [f"spread (IQR / median) at most {self.rules['spread']:.0%}"])    # (one size: no growth to judge)
         broken = self.broken()
         if not broken:
             return f"verdict: passed, measurement {self.attempt} of at most {self.attempts}: {rules}"
@@ -366,7 +385,7 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
 
     if not methods:
         raise ValueError("give at least one method")
-    sizes = _sizes(sizes, "sizes")
+    sizes, seed = _sizes(sizes, "sizes", increasing=True), _seed(seed)
     if attempts is None:
         env = os.environ.get("BOOK_TIMING_ATTEMPTS", "3")
         attempts = positive_int(int(env) if env.strip().isdecimal() else env, "the environment's BOOK_TIMING_ATTEMPTS")
@@ -384,10 +403,12 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
             raise ValueError(f"the reference's name {ref_name!r} is also a method's")
         calls[ref_name] = (ref_fn, ref_inputs)
     names = list(calls)
+    if isinstance(grows, str):
+        raise ValueError(f"grows must be a list of method names such as [{grows!r}], got the string {grows!r}")
     grows = names if grows is None else list(grows)
     if unknown := set(grows) - set(names):
         raise ValueError(f"grows names no method: {sorted(unknown)}")
-    g = torch.Generator(device=device).manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(_seed(seed))
     args = {(name, s): make(s, g, device) for s in sizes for name, (_, make) in calls.items()}
     with torch.no_grad():
         flops = {name: [count_flops(calls[name][0], *args[name, s]) for s in sizes] for name in names}

@@ -309,8 +309,12 @@ def decay_groups(model, weight_decay=0.1):
 
 
 def warmup_cosine(step, warmup, total, floor=0.1):
-    """Learning-rate factor: linear warmup to 1, then cosine decay to ``floor`` at ``total`` steps."""
+    """Learning-rate factor: linear warmup to 1, then cosine decay to ``floor`` (a fraction of the peak, 0 to 1)
+    at ``total`` steps."""
     step, warmup = non_negative_int(step, "step"), non_negative_int(warmup, "warmup")
+    total = non_negative_int(total, "total")
+    if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 <= floor <= 1:
+        raise ValueError(f"floor must be a fraction of the peak learning rate, 0 to 1, got {floor!r}")
     if step < warmup:
         return (step + 1) / warmup
     progress = min(1.0, (step - warmup) / (total - warmup)) if total > warmup else 1.0   # no room to decay: the floor

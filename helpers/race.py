@@ -97,6 +97,8 @@ class Result:
 
 def test_set(setup):
     """The fixed held-out sequences: ``(x (test_size, length, 2), y (test_size,))``."""
+    if not isinstance(setup, Setup):
+        raise ValueError(f"setup must be a helpers.race.Setup, got {type(setup).__name__}")
     return adding_problem_batch(setup.test_size, setup.length, torch.Generator().manual_seed(setup.test_seed))
 
 
@@ -207,6 +209,8 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
     """
     names, workers = _lanes(names, workers)
     setup = _setup(setup, names)
+    if stop is not None and not callable(getattr(stop, "is_set", None)):
+        raise ValueError(f"stop must be a threading.Event (or None), got {stop!r}")
     stall = positive_float(stall, "stall")
     deadline = None if deadline is None else positive_float(deadline, "deadline")
     flag(progress, "progress")

@@ -292,3 +292,16 @@ def test_redraw_all_leaves_each_control_showing_its_pickers_state():
     c.build_widget()
     shown = c.out.outputs
     assert redraw_all([c]) == [] and c.out.outputs == shown and c.picker.value == 2
+
+
+def test_states_that_compare_equal_are_still_told_apart():
+    """Bad input to the helpers: with values [1, True, 2] the slider moved to True still showed 1 (True == 1,
+    so the value did not change), and [0.0, False, 1.0] with start=False opened on 0.0."""
+    calls = []
+    c = control(lambda s: calls.append(repr(s)) or f"state {s!r}", [1, True, 2], "x")
+    c.build_widget()
+    c.picker.index = 1                                   # what the slider sends when it is moved
+    assert calls[-1] == "True" and "state True" in c.out.outputs[0]["data"]["text/html"]
+    d = control(lambda s: f"state {s!r}", [0.0, False, 1.0], "y", start=False)
+    d.build_widget()
+    assert d.picker.index == 1 and d.picker.label == "False"

@@ -266,3 +266,24 @@ def test_timings_name_a_bad_attempts_variable(monkeypatch, value):
     monkeypatch.setenv("BOOK_TIMING_ATTEMPTS", value)
     with pytest.raises(ValueError, match=f"the environment's BOOK_TIMING_ATTEMPTS must be a positive int, got .*{value}"):
         timings({"naive": naive_attention}, [8], attention_inputs(8), rounds=3, block=0.0005)
+
+
+def test_inputs_that_could_never_pass_or_would_mean_nothing_are_refused():
+    """Bad input to the helpers: repeated or decreasing sizes failed the verdict on every run ('run the cell
+    again'), a string for grows was read letter by letter, bools passed as numbers, float seeds failed deep
+    inside torch."""
+    methods = {"matmul": lambda q, k, v: q @ k.mT}
+    inputs = measure.attention_inputs(d=4)
+    for sizes in ([8, 8], [16, 8]):
+        with pytest.raises(ValueError, match="sizes must increase"):
+            measure.timings(methods, sizes, inputs)
+    with pytest.raises(ValueError, match="grows must be a list of method names"):
+        measure.timings(methods, [8, 16], inputs, grows="matmul")
+    for seed in (1.5, True, -1, 2**70):
+        with pytest.raises(ValueError, match="seed must be an int"):
+            measure.timings(methods, [8, 16], inputs, seed=seed)
+        with pytest.raises(ValueError, match="seed must be an int"):
+            measure.peak_memories(methods, [8, 16], d=4, seed=seed)
+    for x in ([True, 2], "12"):
+        with pytest.raises(ValueError, match="growth_exponent takes two sequences"):
+            measure.growth_exponent(x, [1, 2])

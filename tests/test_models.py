@@ -245,3 +245,14 @@ def test_the_language_model_helpers_refuse_what_would_fail_later_or_silently():
                        (lambda: Attention(16, 4, causal=True)(torch.randn(5, 16)), "x must be")):   # read as unbatched
         with pytest.raises(ValueError, match=name):
             call()
+
+
+def test_warmup_cosine_refuses_a_floor_outside_the_peak():
+    """Bad input to the helpers: a floor of -1 gave a negative learning rate, NaN a NaN, 2.0 a factor above 1."""
+    from helpers.models import warmup_cosine
+    for floor in (-1, float("nan"), 2.0, True, "0.1"):
+        with pytest.raises(ValueError, match="floor must be a fraction"):
+            warmup_cosine(50, 10, 100, floor)
+    with pytest.raises(ValueError, match="total"):
+        warmup_cosine(50, 10, None)
+    assert warmup_cosine(100, 10, 100, 0) == 0.0 and warmup_cosine(10, 10, 100, 1) == 1.0

@@ -330,3 +330,12 @@ def test_run_one_takes_no_setup_as_race_does(monkeypatch):
     assert run_one("RNN", None).test_mse == want
     with pytest.raises(ValueError, match="setup must be a helpers.race.Setup, got dict"):
         run_one("RNN", {"steps": 2})
+
+
+def test_a_setup_and_a_stop_of_the_wrong_kind_are_named():
+    """Bad input to the helpers: test_set(dict) raised AttributeError, and race(stop=True) blamed the GRU's training."""
+    from helpers.race import Setup, race, test_set
+    with pytest.raises(ValueError, match="setup must be a helpers.race.Setup"):
+        test_set({"test_size": 4})
+    with pytest.raises(ValueError, match="stop must be a threading.Event"):
+        race(("RNN",), Setup(steps=2, every=1, test_size=4, batch=2), workers=0, progress=False, stop=True)
