@@ -1685,3 +1685,17 @@ def test_a_formula_computed_in_half_precision_is_told_so_and_half_used_for_somet
 
     ok, message = verdict("9.5.2", cache_bytes)
     assert ok, message
+
+
+def test_answers_written_with_torch_func_pass_under_the_checkers_watch():
+    """Every answer now runs under a TorchFunctionMode (the half-precision watch): torch.func's transforms,
+    which a student may reach for, work under it."""
+    def jacobian(s, tau):
+        return torch.func.jacrev(lambda z: torch.softmax(z / tau, -1))(s)
+
+    def z_loss_grad(z, w):
+        return torch.func.grad(lambda x: w * torch.logsumexp(x, -1).pow(2).mean())(z)
+
+    for number, answer in (("9.A.1", jacobian), ("9.4.2", z_loss_grad)):
+        ok, message = verdict(number, answer)
+        assert ok, message
