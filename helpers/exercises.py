@@ -574,10 +574,11 @@ def _matching(got, mistakes, same):
 
 
 def _hinted(case, detail, hints, hint):
-    if _now.half is not None and not hints:     # no known mistake fits, and the answer computed in half precision:
-        return Wrong(f"{case}: {detail}. Your function computed with {_now.half} tensors, which keep about "   # that,
-                     f"{_HALF_DIGITS[_now.half]} significant digits, too few for this check: compute in float32 or "  # not
-                     "float64.")                                                                    # the formula, first
+    # No known mistake fits and the answer computed in half precision: that, not the formula, is the first suspect.
+    if _now.half is not None and not hints:
+        return Wrong(f"{case}: {detail}. Your function computed with {_now.half} tensors, which keep about "
+                     f"{_HALF_DIGITS[_now.half]} significant digits, too few for this check: compute in float32 or "
+                     "float64.")
     if len(hints) == 1:
         return Wrong(f"{case}: {detail}. {hints[0]}")
     if hints:

@@ -408,7 +408,7 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
     grows = names if grows is None else list(grows)
     if unknown := set(grows) - set(names):
         raise ValueError(f"grows names no method: {sorted(unknown)}")
-    g = torch.Generator(device=device).manual_seed(_seed(seed))
+    g = torch.Generator(device=device).manual_seed(seed)
     args = {(name, s): make(s, g, device) for s in sizes for name, (_, make) in calls.items()}
     with torch.no_grad():
         flops = {name: [count_flops(calls[name][0], *args[name, s]) for s in sizes] for name in names}
