@@ -36,6 +36,14 @@ def pytest_terminal_summary(terminalreporter):
     """After `make guarantees`: the hardware matrix, one row per setting, and the execution report of
     the run on this CPU's own kernels (what `make bench` prints, from a run CI makes anyway). The rows come
     from the tests' recorded properties, which pytest-xdist carries back from its workers."""
+    readable = [dict(r.user_properties)["readability"] for key in ("passed", "failed")
+                for r in terminalreporter.stats.get(key, []) if r.when == "call" and "readability" in dict(r.user_properties)]
+    if readable:
+        sys.path.insert(0, str(Path(__file__).parent / "tests"))
+        import readability
+        terminalreporter.write_line("")
+        terminalreporter.write_line("readability (tests/readability.py: python tests/readability.py lists every problem)")
+        readability.table(sorted(readable, key=lambda r: r["section"]), write=terminalreporter.write_line)
     runs = [dict(r.user_properties)["chapter_run"] for key in ("passed", "failed")
             for r in terminalreporter.stats.get(key, []) if r.when == "call" and "chapter_run" in dict(r.user_properties)]
     if not runs:

@@ -139,15 +139,15 @@ def copy_mathjax(app, exception):
 
 
 def write_claims_page(app):
-    """Generate "What this chapter claims, and where it checks it" from the ledger (`book/claims/*.toml`,
-    read by `ledger.py`) into the source folder, as `claims.md`, before Sphinx looks for sources. Rewritten
+    """Generate "What this chapter claims, and where it checks it" and "Notes on the manuscript" from the ledger (`book/claims/*.toml`,
+    read by `ledger.py`) into the source folder, as `claims.md` and `manuscript.md`, before Sphinx looks for sources. Rewritten
     only when it changes, so that a rebuild does not reread it for nothing."""
-    from ledger import page
+    from ledger import manuscript_page, page
 
-    target = Path(app.srcdir) / "claims.md"
-    text = page(ROOT)
-    if not target.exists() or target.read_text() != text:
-        target.write_text(text)
+    for name, text in (("claims.md", page(ROOT)), ("manuscript.md", manuscript_page(ROOT))):
+        target = Path(app.srcdir) / name
+        if not target.exists() or target.read_text() != text:
+            target.write_text(text)
 
 
 def setup(app):

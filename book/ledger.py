@@ -16,6 +16,9 @@ entry is a `[[claim]]` table:
                             setting: substrings of the notebook's code, whitespace collapsed
                             timed: substrings of stored output lines (compared or not)
     source = "..."          cited: the paper and its section, table or theorem
+    manuscript = "..."      optional: where the text departs from the author's manuscript or corrects it,
+                            what the manuscript says and why the book differs; the site lists these
+                            entries, with their evidence, on the page "Notes on the manuscript"
 
 `tests/test_reproducible.py` holds the ledger to the notebooks (every text is in its .md, every check
 is printed by a compared cell, every cited entry names its source) and to coverage: every caption,
@@ -56,13 +59,14 @@ def load(stem, folder=CLAIMS):
         if unknown:
             raise ValueError(f"{path.name}: only [[claim]] tables belong in a ledger, found {sorted(unknown)}")
         for claim in data.get("claim", []):
-            extra = set(claim) - {"text", "kind", "check", "source"}
+            extra = set(claim) - {"text", "kind", "check", "source", "manuscript"}
             if extra:
                 raise ValueError(f"{path.name}: unknown keys {sorted(extra)} in the claim {claim.get('text', '')!r}")
             check = claim.get("check", [])
             entries.append({"text": flat(claim.get("text", "")), "kind": claim.get("kind", ""),
                             "check": [flat(c) for c in ([check] if isinstance(check, str) else check)],
-                            "source": claim.get("source", "").strip(), "file": path.name})
+                            "source": claim.get("source", "").strip(), "file": path.name,
+                            "manuscript": flat(claim.get("manuscript", ""))})
     return entries
 
 
@@ -96,23 +100,33 @@ def is_caption(cell):
     return cell.get("cell_type") == "markdown" and "caption" in cell.get("metadata", {}).get("tags", [])
 
 
+def _printed(output):
+    """The lines an output prints: a stdout stream's, or a check cell's (helpers.verify: its text form lists
+    every check line, indented, under its one-line summary)."""
+    if output.get("name") == "stdout":
+        return source({"source": output.get("text", "")}).splitlines()
+    text = source({"source": output.get("data", {}).get("text/plain", "")})
+    if output.get("output_type") == "display_data" and text.startswith(("✓ ", "✗ ")):
+        return [line.removeprefix("  FAILED ") for line in text.splitlines()[1:]]
+    return []
+
+
 def output_lines(nb):
-    """Every stdout line of every code cell, compared or not, whitespace collapsed: what a `timed` entry's
+    """Every printed line of every code cell, compared or not, whitespace collapsed: what a `timed` entry's
     checks are found in."""
     return [flat(line) for cell in nb["cells"] if cell.get("cell_type") == "code" for output in cell.get("outputs", [])
-            if output.get("name") == "stdout" for line in source({"source": output.get("text", "")}).splitlines()
-            if line.strip()]
+            for line in _printed(output) if line.strip()]
 
 
 def compared_lines(nb):
-    """Every stdout line of the code cells nbval compares (not tagged nbval-ignore-output), whitespace collapsed."""
+    """Every printed line (stdout, and the lines of check cells) of the code cells nbval compares (not tagged
+    nbval-ignore-output), whitespace collapsed."""
     lines = []
     for cell in nb["cells"]:
         if cell.get("cell_type") != "code" or IGNORE in cell.get("metadata", {}).get("tags", []):
             continue
         for output in cell.get("outputs", []):
-            if output.get("name") == "stdout":
-                lines += [flat(line) for line in source({"source": output.get("text", "")}).splitlines() if line.strip()]
+            lines += [flat(line) for line in _printed(output) if line.strip()]
     return lines
 
 
@@ -269,6 +283,48 @@ def status(entry, printed, where):
     return "checked" if not missing else "check missing from the outputs"
 
 
+def _evidence(entry):
+    """What backs an entry, as the pages show it: the paper, or the lines or code that check it."""
+    quoted = "; ".join(f"`{c.replace('`', '')}`" for c in entry["check"])
+    if entry["kind"] == "cited":
+        return entry["source"]
+    if entry["kind"] == "timed":
+        return "the stored timing report: " + quoted
+    if entry["kind"] == "setting":
+        return "the code: " + quoted
+    return quoted
+
+
+def manuscript_page(root=ROOT):
+    """The site's page "Notes on the manuscript", in MyST: every ledger entry with a `manuscript` note, by
+    notebook, with what the book says, what the manuscript said and why they differ, and the evidence."""
+    lines = ["# Notes on the manuscript", "",
+             "This chapter was written from its author's manuscript. Where the book's text departs from it, to "
+             "correct a statement or to make it precise, the change is listed here: what the book says, what the "
+             "manuscript said and why, and the evidence (the output line a compared cell prints, the code that "
+             "sets it, or the paper).", ""]
+    total = 0
+    for stem in stems(root / "notebooks"):
+        entries = [e for e in load(stem, root / "book" / "claims") if e["manuscript"]]
+        if not entries:
+            continue
+        md = root / "notebooks" / f"{stem}.md"
+        where = places(md)
+        heading = next((flat(h) for h in re.findall(r"^# (.+)$", md.read_text(), flags=re.M)), stem)
+        lines += [f"## {heading}", "", "```{list-table}", ":header-rows: 1", ":widths: 30 36 34", ":class: manuscript",
+                  f":name: manuscript-{slug(stem)}", "", "* - The book says", "  - The manuscript, and why the book differs",
+                  "  - Evidence"]
+        for entry in entries:
+            place = locate(entry["text"], where) or {}
+            link = f"notebooks/{stem}.ipynb" + (f"#{place['anchor']}" if place.get("anchor") else "")
+            said = f"{_cell(entry['text'])} ([{place.get('section') or heading}]({link}))"
+            lines += [f"* - {said}", f"  - {_cell(entry['manuscript'])}", f"  - {_cell(_evidence(entry))}"]
+            total += 1
+        lines += ["```", ""]
+    lines[1:1] = ["", f"{total} notes."]
+    return "\n".join(lines) + "\n"
+
+
 def _cell(text):
     return text.replace("\n", " ").strip() or "—"
 
@@ -305,14 +361,7 @@ def page(root=ROOT, title="What this chapter claims, and where it checks it"):
                 where_text = f"{place['what']} of {{numref}}`{place['figure']}`"
             else:
                 where_text = f"[{place.get('section') or heading}]({link}), {place.get('what', '?')}"
-            if entry["kind"] == "cited":
-                evidence = entry["source"]
-            elif entry["kind"] == "timed":
-                evidence = "the stored timing report: " + "; ".join(f"`{c.replace('`', '')}`" for c in entry["check"])
-            elif entry["kind"] == "setting":
-                evidence = "the code: " + "; ".join(f"`{c.replace('`', '')}`" for c in entry["check"])
-            else:
-                evidence = "; ".join(f"`{c.replace('`', '')}`" for c in entry["check"])
+            evidence = _evidence(entry)
             lines += [f"* - {_cell(entry['text'])}", f"  - {_cell(where_text)}", f"  - {entry['kind']}",
                       f"  - {_cell(evidence)}", f"  - {status(entry, printed, where)}"]
             total += 1

@@ -81,7 +81,7 @@ def first_code_cell(md):
 
 
 def test_every_notebook_starts_with_the_same_install_cell():
-    """One cell, identical everywhere, hidden on the site; its address is pyproject.toml's."""
+    """One cell, identical everywhere, hidden on the site and collapsed in JupyterLab; its address is pyproject.toml's."""
     first = {md.name: first_code_cell(md) for md in SOURCES}
     reference = first[SOURCES[0].name].source
     assert "import helpers" in reference and "raise SystemExit(" in reference
@@ -89,6 +89,8 @@ def test_every_notebook_starts_with_the_same_install_cell():
     assert differ == [], f"the first code cell of {differ} differs from {SOURCES[0].name}'s: copy it"
     hidden = [name for name, cell in first.items() if "remove-cell" not in cell.metadata.get("tags", [])]
     assert hidden == [], f"tag the first code cell of {hidden} remove-cell"
+    shown = [name for name, cell in first.items() if cell.metadata.get("jupyter", {}).get("source_hidden") is not True]
+    assert shown == [], f"collapse the first code cell of {shown} in JupyterLab too (jupyter: source_hidden: true)"
     urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("urls", {})
     recorded = re.findall(r'^    REPOSITORY = "([^"]*)"', reference, re.M)
     assert recorded == [urls.get("Repository", "")], "the install cell's REPOSITORY must be pyproject.toml's"
