@@ -139,9 +139,10 @@ def copy_mathjax(app, exception):
 
 
 def write_claims_page(app):
-    """Generate "What this chapter claims, and where it checks it" and "Notes on the manuscript" from the ledger (`book/claims/*.toml`,
-    read by `ledger.py`) into the source folder, as `claims.md` and `manuscript.md`, before Sphinx looks for sources. Rewritten
-    only when it changes, so that a rebuild does not reread it for nothing."""
+    """Generate "What this chapter claims, and where it checks it" and "Notes on the manuscript" from the
+    ledger (`book/claims/*.toml`, read by `ledger.py`) into the source folder, as `claims.md` and
+    `manuscript.md`, before Sphinx looks for sources. Each is rewritten only when it changes, so that a
+    rebuild does not reread it for nothing."""
     from ledger import manuscript_page, page
 
     for name, text in (("claims.md", page(ROOT)), ("manuscript.md", manuscript_page(ROOT))):

@@ -53,6 +53,7 @@ def prose(text):
     text = FENCE.sub("", MATH.sub(" x ", text))
     text = NOISE.sub(" x ", text)
     text = re.sub(r"^#+\s.*$", "", text, flags=re.M)                     # headings are not sentences
+    text = re.sub(r"^\s*(?:[-*+]|\d+\.)\s+", "\n\n", text, flags=re.M)         # a list item is a paragraph of its own
     return re.sub(r"[*_]{1,2}|\[([^\]]*)\]\([^)]*\)", r"\1", text)
 
 
