@@ -118,7 +118,7 @@ def mask_grid(ax, mask, title):
     ax.set_ylabel("queries", fontsize=8, labelpad=2)
 
 
-# The mask panel of Figures 9.2.1 and the mask control: pale where a key is visible (0 added to its score),
+# The mask panel of 9.2's weights figure and its mask control: pale where a key is visible (0 added to its score),
 # blue where it is hidden (-inf added). Pass it to annotated_heatmap with a 0/1 mask matrix.
 MASK_STYLE = dict(cmap=ListedColormap(["#f2f2f2", PALETTE["sky"]]), vmin=0, vmax=1, fontsize=8,
                   fmt=lambda hidden: "$-\\infty$" if hidden else "0")
@@ -144,7 +144,7 @@ def heatmap_row(panels, ylabel, figsize=None):
 
 
 def cost_crossover(lengths, counts, d):
-    """Figure 9.2.2: FLOPs counted per forward pass of a transformer block against the cost model.
+    """9.2's cost figure: FLOPs counted per forward pass of a transformer block against the cost model.
 
     ``counts[w]`` lists ``(linear, attention)`` FLOPs for each length in ``lengths`` at width ``w``; the
     left panel draws width ``d`` (points) with the model's $24Td^2$ and $4T^2d$ (lines), the right the
@@ -190,7 +190,7 @@ def cost_crossover(lengths, counts, d):
 
 
 def saturation_panels(sigmas, p_max, norm, eps, marks):
-    """Figure 9.A.1: softmax saturation against the spread ``sigmas (S,)`` of the scores.
+    """Appendix A's figure: softmax saturation against the spread ``sigmas (S,)`` of the scores.
 
     ``p_max``, ``norm`` and ``eps`` are ``(S, N)``: the largest weight, the Jacobian's Frobenius norm and
     ``1 - p_max`` of N score vectors at each spread. Left: the mean largest weight, the mean and median
@@ -227,7 +227,7 @@ def saturation_panels(sigmas, p_max, norm, eps, marks):
 
 
 def offset_panels(S, offsets, curve, at_zero):
-    """Figure 9.A.2: a RoPE score matrix ``S (T, T)`` (query position m, key position n) as a heat map,
+    """Appendix B's figure: a RoPE score matrix ``S (T, T)`` (query position m, key position n) as a heat map,
     and its entries against the offset n - m over the closed form ``curve`` drawn at ``offsets``, with
     the score ``at_zero`` at offset 0 marked. Returns the figure."""
     S = torch.as_tensor(S)

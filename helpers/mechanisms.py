@@ -15,6 +15,7 @@ from itertools import pairwise
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.collections import PatchCollection
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Circle, FancyBboxPatch, Rectangle
 
@@ -139,25 +140,27 @@ def soft_lookup(weights, values, scores=None):
         _box(ax, 6.35, y, 1.0, 0.32, f"$v_{{{i}}}$ = {_num(v)}", PALETTE["orange"])
         ax.plot([6.85, 7.58], [y, mid], color=PALETTE["blue"], lw=0.5 + 5 * w, solid_capstyle="butt")
     ax.plot([3.55, 3.55], [ys[-1] - 0.2, ys[0] + 0.2], color="black", lw=1)
-    ax.text(4.55, ys[-1] - 0.42, f"they sum to {weights.sum():.2f}", ha="center", va="center", fontsize=SMALL)
+    ax.text(4.55, ys[-1] - 0.42, "they sum to one", ha="center", va="center", fontsize=SMALL)
     ax.text(7.75, mid - 0.4, f"= {_num(weights @ values)}", ha="center", va="center", fontsize=SIZE)
     return fig
 
 
 def encoder_decoder_attention(T_in, weights=None, step=None):
     """Figure: Bahdanau's attention at one output step. The encoder reads ``x_1..x_T_in`` (2 to 8) into
-    states ``h_j``; the previous decoder state ``s_{t-1}`` scores every ``h_j``; the weights ``alpha_t,j``
+    states ``h_i``; the previous decoder state ``s_{t-1}`` scores every ``h_i``; the weights ``alpha_ti``
     (``weights (T_in,)``, drawn as line widths, else symbols) sum the states into the context ``c_t``, which
-    feeds the next decoder state ``s_t``. ``step`` (an int >= 1) writes ``t`` as a number. Returns the figure."""
+    feeds the next decoder state ``s_t``. ``step`` (an int >= 1) writes ``t`` as a number. The letters are
+    section 9.1's: ``i`` for an encoder position, ``e_ti``, ``alpha_ti``. Returns the figure."""
     T_in = _count(T_in, "T_in", 2, 8)
     if weights is not None:
         weights = _distribution(weights, "weights", T_in)
     t, before = ("t", "t-1") if step is None else (str(positive_int(step, "step")), str(step - 1))
+    sub = (lambda i: f"{t}{i}") if step is None else (lambda i: f"{t},{i}")     # alpha_ti, or alpha_3,i
     W, H = 8.6, 4.9
     fig, ax = _canvas(W, H)
     xs, y_h, y_bus, xc, y_c, y_s = np.linspace(3.4, 8.0, T_in), 1.15, 2.1, 5.7, 3.1, 4.05
     ax.text(0.15, y_h, "encoder states\n(a recurrent network)", ha="left", va="center", fontsize=SIZE)
-    for j, x in enumerate(xs, start=1):
+    for j, x in enumerate(xs, start=1):                   # j counts the boxes; the figure's letter is i
         _box(ax, x, y_h, 0.55, 0.4, f"$h_{{{j}}}$", PALETTE["sky"])
         ax.text(x, 0.25, f"$x_{{{j}}}$", ha="center", va="center", fontsize=SIZE)
         _arrow(ax, (x, 0.42), (x, y_h - 0.2))
@@ -168,11 +171,11 @@ def encoder_decoder_attention(T_in, weights=None, step=None):
         f = (y_bus - y_h - 0.2) / (y_c - y_h - 0.4)              # where the line crosses the query's bus
         ax.plot(x + f * (xc - x), y_bus, "o", ms=6, color=PALETTE["vermillion"], zorder=2)
         f = 0.28 / (y_c - y_h - 0.4)
-        label = f"$\\alpha_{{{t},{j}}}$" if weights is None else _num(weights[j - 1])
+        label = f"$\\alpha_{{{sub(j)}}}$" if weights is None else _num(weights[j - 1])
         ax.text(x + f * (xc - x), y_h + 0.48, label, ha="center", va="center", fontsize=SMALL, zorder=3,
                 bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none"))
     ax.plot([0.9, 0.9, xs[-1] + 0.3], [y_s - 0.21, y_bus, y_bus], color=PALETTE["vermillion"], lw=1.5, ls="--", zorder=1)
-    ax.text(1.0, (y_s + y_bus) / 2, f"query $s_{{{before}}}$\nscores every $h_j$", ha="left", va="center", fontsize=SIZE)
+    ax.text(1.0, (y_s + y_bus) / 2, f"query $s_{{{before}}}$\nscores every $h_i$", ha="left", va="center", fontsize=SIZE)
     ax.add_patch(Circle((xc, y_c), 0.2, fc="white", ec="black", lw=1.2, zorder=3))
     ax.text(xc, y_c, "+", ha="center", va="center", fontsize=12, zorder=4)
     ax.text(xc + 0.3, y_c - 0.05, f"context $c_{{{t}}}$", ha="left", va="center", fontsize=SIZE)
@@ -183,12 +186,12 @@ def encoder_decoder_attention(T_in, weights=None, step=None):
     _arrow(ax, (xc, y_c + 0.2), (xc, y_s - 0.21))
     _arrow(ax, (xc, y_s + 0.21), (xc, y_s + 0.5))
     ax.text(xc, y_s + 0.65, f"next output $y_{{{t}}}$", ha="center", va="center", fontsize=SIZE)
-    for y, text in [(4.5, f"$e_{{{t},j}} = w^\\top\\tanh(Ws_{{{before}}} + Uh_j)$"),
-                    (4.05, f"$\\alpha_{{{t},j}} = \\exp e_{{{t},j}}\\,/\\,\\sum_i \\exp e_{{{t},i}}$"),
-                    (3.6, f"$c_{{{t}}} = \\sum_j \\alpha_{{{t},j}}h_j$")]:
+    for y, text in [(4.5, f"$e_{{{sub('i')}}} = w^\\top\\tanh(Ws_{{{before}}} + Uh_i)$"),
+                    (4.05, f"$\\alpha_{{{sub('i')}}} = \\exp e_{{{sub('i')}}}\\,/\\,\\sum_j \\exp e_{{{sub('j')}}}$"),
+                    (3.6, f"$c_{{{t}}} = \\sum_i \\alpha_{{{sub('i')}}}h_i$")]:
         ax.text(6.45, y, text, ha="left", va="center", fontsize=SMALL)
     ax.text(0.15, 0.25, "inputs", ha="left", va="center", fontsize=SIZE)
-    ax.text(0.15, y_h + 0.55, f"weights $\\alpha_{{{t},j}}$", ha="left", va="center", fontsize=SIZE)
+    ax.text(0.15, y_h + 0.55, f"weights $\\alpha_{{{sub('i')}}}$", ha="left", va="center", fontsize=SIZE)
     return fig
 
 
@@ -318,8 +321,11 @@ def masks_on_batch(lengths, T):
         reasons = [causal.long(), 2 * pad[b].long(), torch.where(pad[b], 2, causal.long())]
         for c, reason in enumerate(reasons):
             x0 = left + c * (panel + gap)
-            for (i, j), r in np.ndenumerate(reason.numpy()):
-                ax.add_patch(Rectangle((x0 + j * u, y0 + panel - (i + 1) * u), u, u, fc=colors[r], ec="0.6", lw=0.5))
+            cells = [(Rectangle((x0 + j * u, y0 + panel - (i + 1) * u), u, u), colors[r])
+                     for (i, j), r in np.ndenumerate(reason.numpy())]
+            # One collection, not T*T patches: adding a patch recomputes the axes' limits, which were set.
+            ax.add_collection(PatchCollection([c for c, _ in cells], facecolors=[f for _, f in cells],
+                                              edgecolors="0.6", linewidths=0.5), autolim=False)
             ax.add_patch(Rectangle((x0, y0), panel, panel, fc="none", ec="black", lw=1))
             for p in range(T):                                      # positions; padding's in grey
                 shade = "0.5" if p >= n else "black"
