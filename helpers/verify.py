@@ -76,4 +76,4 @@ def verify(title):
             match = VERDICT.search(line)
             if match and match.group(1) == "False" and line not in (f for f, _ in checks.failed):
                 checks.failed.append((line, "expected True"))
-    display(checks)
+        display(checks)

@@ -1,7 +1,8 @@
 """What `make check NB=notebooks/x.md` runs for one notebook: print the pytest arguments.
 
 Its stored .ipynb (nbval re-executes and compares it), its own structure tests (pair in sync, captions),
-its claims ledger, the styling of its visible cells, and the unit tests of each helpers module the notebook imports.
+its claims ledger, the styling of its visible cells, and the unit tests of each helpers module the notebook imports;
+of the exercises' checkers, only its own section's tests (test_exercises_9_6.py) and its section's layout.
 """
 
 import re
@@ -22,12 +23,17 @@ LEDGER = ("test_reproducible.py::test_ledger_entries_are_well_formed",
           "test_reproducible.py::test_ledger_checks_are_printed_by_compared_cells",
           "test_reproducible.py::test_ledger_covers_every_caption_alt_text_and_measured_number",
           "test_styling.py::test_visible_cells_carry_at_most_a_few_lines_of_styling")
+# The exercises' layout tests, parametrized by section ("9.6"); the appendices (9.A) have only the last, their
+# layout being tested in their own file.
+LAYOUT = ("test_section_ends_with_four_to_six_exercises", "test_stored_outputs_show_starters_untouched_and_solutions_passing",
+          "test_check_is_imported_in_the_setup_cell")
 
 
 def modules(source):
     """The helpers modules that ``source`` imports; "helpers" stands for the package's own names."""
     found = set()
-    submodules = {p.stem for p in (ROOT / "helpers").glob("*.py")}
+    helpers = ROOT / "helpers"
+    submodules = {p.stem for p in helpers.glob("*.py")} | {p.parent.name for p in helpers.glob("*/__init__.py")}
     for sub, names, plain in IMPORT.findall(source):
         named = {n.strip() for n in names.strip("()").split(",")} if names else set()
         found |= {sub or plain} if sub or plain else named & submodules
@@ -40,13 +46,19 @@ def arguments(md):
     """pytest's arguments for notebook ``md`` (a path to its MyST source)."""
     md = source(md).resolve()                   # notebooks/x.md, notebooks/x.ipynb or notebooks/x
     units = sorted(set(TESTS.glob("test_*.py")) - {TESTS / "test_notebooks.py", TESTS / "test_outside.py"})
-    related = set()
+    related, exercises = set(), []
     for module in modules(md.read_text()):
+        if module == "exercises":               # the section's checkers only, not all the chapter's
+            section = md.stem.split("-")[0]     # "9.6", "9.A"
+            related.add(TESTS / f"test_exercises_{section.replace('.', '_').lower()}.py")
+            exercises = [f"tests/test_exercises_layout.py::{name}[{section}]"
+                         for name in (LAYOUT if section != "9.A" else LAYOUT[-1:])]
+            continue
         # A module's own test file (helpers.vision: test_vision.py); without one, the files that import it.
         named = TESTS / f"test_{module}.py"
         related |= {named} if named.exists() else {t for t in units if module in modules(t.read_text())}
     structure = [f"tests/test_notebooks.py::{name}[{md.stem}]" for name in STRUCTURE]
-    structure += [f"tests/{name}[{md.stem}]" for name in LEDGER]
+    structure += [f"tests/{name}[{md.stem}]" for name in LEDGER] + exercises
     own = sorted(str(t.relative_to(ROOT)) for t in related)
     return [str(md.with_suffix(".ipynb").relative_to(ROOT)), *structure, *own]
 

@@ -104,10 +104,12 @@ def test_make_check_runs_the_notebook_its_structure_tests_and_its_helpers_tests(
     assert args[0] == f"notebooks/{stem}.ipynb"
     structure = [a for a in args if a.startswith("tests/test_notebooks.py::")]
     assert structure and all(a.endswith(f"[{stem}]") and a.split("::")[1].split("[")[0] in globals() for a in structure)
-    # 9.6 imports the package's own names, helpers.attention, .controls, .diagrams, .exercises, .models and .vision.
+    # 9.6 imports the package's own names, helpers.attention, .controls, .diagrams, .exercises (its own section's
+    # checker tests), .mechanisms, .models, .verify and .vision.
     assert [a for a in args[1:] if "::" not in a] == [
-        "tests/test_attention.py", "tests/test_controls.py", "tests/test_diagrams.py", "tests/test_exercises.py",
-        "tests/test_helpers.py", "tests/test_models.py", "tests/test_vision.py"]
+        "tests/test_attention.py", "tests/test_controls.py", "tests/test_diagrams.py", "tests/test_exercises_9_6.py",
+        "tests/test_helpers.py", "tests/test_mechanisms.py", "tests/test_models.py", "tests/test_verify.py",
+        "tests/test_vision.py"]
 
 
 @pytest.mark.parametrize("name", ["9.1-attention-as-lookup.md", "9.1-attention-as-lookup.ipynb", "9.1-attention-as-lookup"])

@@ -1,0 +1,166 @@
+"""The appendices' exercises: 9.A.1 the Jacobian at a temperature, 9.A.2 the gradient of a learned ALiBi
+slope.
+
+Each checker accepts the notebook's reference solution and rejects the usual mistakes, each with its own
+hint (exercises_common.py says how; the shared layout is tested in test_exercises_layout.py).
+"""
+
+import re
+
+import jupytext
+import pytest
+import torch
+from exercises_common import (
+    NOTEBOOKS,
+    exercise_cells,
+    hidden,
+    ids,
+    new_exercises_accept_correct_answers_written_differently,
+    new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases,
+    reference_solution_passes,
+    slope,
+    solutions,
+    starters,
+    untouched_starter_is_not_attempted,
+)
+
+from helpers.exercises import EXERCISES, verdict
+
+# Wrong answers and right ones unlike the reference ---------------------------------------------------------------
+
+def _temperature(s, tau, factor=True, times=False, at_one=False, diagonal_only=False):
+    p = torch.softmax(s if at_one else s / tau, 0)
+    J = torch.diag(p) if diagonal_only else torch.diag(p) - torch.outer(p, p)
+    return J * tau if times else (J / tau if factor else J)
+
+
+def _temperature_autograd(s, tau):
+    """Correct, another way: autograd itself, in float32."""
+    return torch.autograd.functional.jacobian(lambda z: torch.softmax(z / tau, 0), s.float())
+
+
+def _temperature_einsum(s, tau):
+    """Correct, another way: the derivative of p_i = exp(s_i / tau) / Z written with einsum."""
+    p = torch.softmax(s / tau, 0)
+    eye = torch.eye(len(s), dtype=s.dtype)
+    return torch.einsum("i,ij->ij", p, eye - p[None, :]) / tau
+
+
+def _slope_autograd(q, k, v, m, d_out):
+    """Correct, another way: autograd on the forward pass, with the slope as a tensor."""
+    m = torch.tensor(float(m), dtype=q.dtype, requires_grad=True)
+    T = q.shape[-2]
+    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
+    S = (q @ k.T / q.shape[-1] ** 0.5 - m * dist).masked_fill(dist < 0, float("-inf"))
+    ((torch.softmax(S, -1) @ v) * d_out).sum().backward()
+    return m.grad
+
+
+def _slope_loops(q, k, v, m, d_out):
+    """Correct, another way: one query at a time, in float32."""
+    q, k, v, d_out = q.float(), k.float(), v.float(), d_out.float()
+    total = 0.0
+    for i in range(q.shape[0]):
+        dist = torch.arange(i, -1, -1, dtype=torch.float32)                # i - j for j = 0 .. i
+        p = torch.softmax(q[i] @ k[: i + 1].T / q.shape[1] ** 0.5 - m * dist, 0)
+        dp = v[: i + 1] @ d_out[i]
+        ds = p * (dp - p @ dp)
+        total += float(-(ds * dist).sum())
+    return total
+
+
+APPENDIX = NOTEBOOKS["9.A"]
+HEADING_A = re.compile(r"^### Exercise (9\.A\.\d+): \S", re.M)
+CHECK_A = re.compile(r'^check\("(9\.A\.\d+)", (\w+)\)$', re.M)
+
+
+def _appendix_cells():
+    nb = jupytext.read(APPENDIX)
+    return [(*CHECK_A.search(c.source).groups(), c) for c in exercise_cells(nb)
+            if c.cell_type == "code" and CHECK_A.search(c.source)]
+
+
+def _run_appendix_cell(cell):
+    nb = jupytext.read(APPENDIX)
+    checked = []
+    namespace = {}
+    exec(next(c for c in nb.cells if c.cell_type == "code" and "remove-cell" not in c.metadata.get("tags", [])).source,
+         namespace)
+    try:
+        namespace["check"] = lambda number, answer: checked.append((number, answer))
+        source = cell.source.replace("from helpers.exercises import check\n", "")
+        exec(source, namespace)
+    finally:
+        torch.set_default_dtype(torch.float32)             # the appendix's setup cell switches to float64
+    assert len(checked) == 1
+    return checked[0]
+
+
+# The exercises added later: each wrong answer is tried on several fresh checks, and RIGHT holds right answers
+# written differently from the reference.
+NEW_WRONG = {
+    "9.A.1": [
+        (lambda s, tau: _temperature(s, tau, factor=False), "a factor 1 / tau"),
+        (lambda s, tau: _temperature(s, tau, times=True), "not tau"),
+        (lambda s, tau: _temperature(s, tau, at_one=True), "probabilities at this temperature"),
+        (lambda s, tau: _temperature(s, tau, diagonal_only=True), "off-diagonal terms"),
+    ],
+    "9.A.2": [
+        (lambda q, k, v, m, d_out: slope(q, k, v, m, d_out, "plus"), "its derivative in m is -(i - j)"),
+        (lambda q, k, v, m, d_out: slope(q, k, v, m, d_out, "no_D"), "row term"),
+        (lambda q, k, v, m, d_out: slope(q, k, v, m, d_out, "dP"), "use dS, not dP"),
+        (lambda q, k, v, m, d_out: torch.tensor([slope(q, k, v, m, d_out)]), "got a tensor of shape (1,)"),
+    ],
+}
+
+
+RIGHT = {
+    "9.A.1": [_temperature_autograd, _temperature_einsum],
+    "9.A.2": [_slope_autograd, _slope_loops],
+}
+
+
+# The tests every section runs (exercises_common.py) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("case", solutions("9.A"), ids=ids)
+def test_reference_solution_passes(case, monkeypatch):
+    reference_solution_passes(case, monkeypatch)
+
+
+@pytest.mark.parametrize("case", starters("9.A"), ids=ids)
+def test_untouched_starter_is_not_attempted(case, monkeypatch):
+    untouched_starter_is_not_attempted(case, monkeypatch)
+
+
+@pytest.mark.parametrize("number", sorted(NEW_WRONG))
+def test_new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number):
+    new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number, NEW_WRONG[number])
+
+
+@pytest.mark.parametrize("number", sorted(RIGHT))
+def test_new_exercises_accept_correct_answers_written_differently(number):
+    new_exercises_accept_correct_answers_written_differently(number, RIGHT[number])
+
+
+# This section's own tests -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", _appendix_cells(), ids=lambda case: case[0])
+def test_appendix_exercises_solution_passes_and_starter_is_not_attempted(case):
+    number, name, cell = case
+    checked, answer = _run_appendix_cell(cell)
+    assert checked == number
+    ok, message = verdict(number, answer)
+    if hidden(cell):
+        assert ok, message
+    else:
+        assert ok is None and "...  # your code here" in cell.source, message
+
+
+def test_appendix_has_two_or_three_exercises_laid_out_as_the_sections():
+    nb = jupytext.read(APPENDIX)
+    cells = exercise_cells(nb)
+    numbers = HEADING_A.findall("\n".join(c.source for c in cells if c.cell_type == "markdown"))
+    assert numbers == [f"9.A.{k}" for k in range(1, len(numbers) + 1)] and 2 <= len(numbers) <= 3, numbers
+    pairs = [(number, hidden(cell)) for number, _, cell in _appendix_cells()]
+    assert pairs[0::2] == [(n, False) for n, _ in pairs[0::2]] and pairs[1::2] == [(n, True) for n, _ in pairs[0::2]]
+    assert {n for n in EXERCISES if n.startswith("9.A.")} == {n for n, _ in pairs}

@@ -1,0 +1,61 @@
+"""helpers.verify: a check cell shows one line when its checks hold, and got against expected when one fails."""
+
+import IPython.display
+import pytest
+
+from helpers import verify as module
+from helpers.verify import verify
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    seen = []
+    monkeypatch.setattr(IPython.display, "display", seen.append)
+    return seen
+
+
+def test_checks_that_hold_show_one_line_with_every_line_beneath(shown):
+    with verify("Figure 9.9.1") as c:
+        print("weights sum to one:", True)
+        c.same("visible tokens per row", [1, 2, 3], [1, 2, 3])
+        print("scores from -1.5 to 1.1")
+    (checks,) = shown
+    assert checks.held and checks.summary() == "✓ Figure 9.9.1: 3 checks hold"
+    assert repr(checks).splitlines() == ["✓ Figure 9.9.1: 3 checks hold", "  weights sum to one: True",
+                                         "  visible tokens per row: [1, 2, 3]", "  scores from -1.5 to 1.1"]
+    assert checks._repr_html_().startswith('<details class="book-checks"><summary>✓ Figure 9.9.1')
+
+
+def test_a_failed_check_is_loud_with_got_against_expected(shown):
+    with verify("the listing") as c:
+        print("equal to the package's version:", False)
+        c.same("parameters", 1087, 1088)
+    (checks,) = shown
+    assert not checks.held and checks.summary() == "✗ the listing: 2 of 2 checks failed"
+    text = repr(checks)
+    assert "FAILED parameters: 1087  (expected 1088, got 1087)" in text
+    assert "FAILED equal to the package's version: False  (expected True)" in text
+    assert "#c0392b" in checks._repr_html_() and "expected 1088" in checks._repr_html_()
+
+
+def test_a_failure_counts_once_and_only_a_final_false_fails(shown):
+    with verify("x") as c:
+        c.same("flag", False, True)                 # prints "flag: False": one failure, not two
+        print("False positives are rare: 0.1")      # False not at the end: a fact
+    (checks,) = shown
+    assert [line for line, _ in checks.failed] == ["flag: False"]
+
+
+def test_an_error_inside_still_shows_what_ran_and_propagates(shown):
+    with pytest.raises(ZeroDivisionError):
+        with verify("y"):
+            print("first: True")
+            1 / 0
+    assert shown[0].lines == ["first: True"]
+
+
+def test_html_is_escaped(shown):
+    with verify("<b>"):
+        print("a < b: True")
+    assert "&lt;b&gt;" in shown[0]._repr_html_() and "a &lt; b" in shown[0]._repr_html_()
+    assert module.VERDICT.search("x: True.")
