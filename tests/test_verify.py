@@ -50,7 +50,7 @@ def test_an_error_inside_still_shows_what_ran_and_propagates(shown):
     with pytest.raises(ZeroDivisionError):
         with verify("y"):
             print("first: True")
-            1 / 0
+            _ = 1 / 0
     assert shown[0].lines == ["first: True"]
 
 

@@ -28,7 +28,7 @@ def _(answer):
             (channels_last, "Reshape the weight to (d, C, P, P): a patch flattens channel first, as in the helpers' patches."),
             (columns, "The patches go in raster order, row by row: flatten the (H/P, W/P) grid, do not transpose it."),
             (want - b, "Add the bias."),
-        ], hint="F.conv2d(img[None], W_lin.view(d, C, P, P), b, stride=P), then flatten the grid into rows.")
+        ], hint="nn.functional.conv2d(img[None], W_lin.view(d, C, P, P), b, stride=P), then flatten the grid into rows.")
 
 
 # 9.6.2: a relative position bias inside a Swin window -------------------------------------------------------
