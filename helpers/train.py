@@ -1,12 +1,11 @@
-"""A small training loop with a progress bar on stderr (kept out of nbval's compared output)."""
+"""A small training loop, with its progress shown as it runs (helpers.progress)."""
 
 import math
-import sys
 
 import torch
-from tqdm import tqdm
 
 from helpers.checks import positive_float, positive_int
+from helpers.progress import progress
 
 
 def _check(steps, lr, clip):
@@ -44,7 +43,7 @@ def train(model, batch_fn, loss_fn, steps, lr=1e-3, clip=1.0, desc="training"):
     losses = []
     model.train()
     try:
-        for step in tqdm(range(steps), desc=desc, file=sys.stderr, mininterval=1.0, leave=False):
+        for step in progress(range(steps), desc=desc):
             losses.append(_step(model, opt, loss_fn(model, batch_fn(step)), clip, step))
     finally:
         model.eval()
