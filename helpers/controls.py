@@ -23,7 +23,7 @@ One display carries three renderings of the same control:
   GitHub, nbviewer.
 
 The output of a control cell varies (widget ids change on every run, image pixels with the CPU), so the
-cell is tagged ``nbval-ignore-output`` (README), and book/clean.py stores all but the live widget.
+cell is tagged ``nbval-ignore-output`` (CONTRIBUTING.md), and book/clean.py stores all but the live widget.
 ``CONTROLS`` keeps every control made in this process, for the test that redraws them all after Run
 All (tests/test_chapter.py, in `make guarantees`).
 """

@@ -8,6 +8,7 @@ through an undocumented attribute; that one use is isolated there, with what it 
 import contextlib
 import functools
 import gc
+import math
 import numbers
 import os
 import sys
@@ -77,7 +78,21 @@ def _stop_profiler():
         gathered.extend(events)
 
 
-def peak_memory(fn, device=None):
+@contextlib.contextmanager
+def _threads(n):
+    """Torch's CPU kernels on ``n`` threads while inside (None: as they are), then on the count there was."""
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(positive_int(n, "threads"))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def peak_memory(fn, device=None, threads=None):
     """Bytes allocated by ``fn()`` at its peak, above what was allocated when it started (measured).
 
     On CUDA this is ``torch.cuda.max_memory_allocated``. On the CPU it is measured with the PyTorch
@@ -85,12 +100,23 @@ def peak_memory(fn, device=None):
     running sum of the events, in time order, peaks at the answer. The result of ``fn`` is freed
     inside the measurement, so it counts towards the peak. Calls may nest (``fn`` may call
     ``peak_memory`` itself): each returns the peak of its own span, the outer one including the inner's.
+
+    ``threads``: run ``fn`` with torch's CPU kernels on that many threads (None: as the caller has them).
+    It matters: a kernel may keep a buffer per thread. PyTorch's fused CPU attention kernel keeps about
+    0.59 MB per thread for one head of width 64 at 4,096 tokens, so on 32 threads it needed 20 MB
+    there, more than a tiled loop's 6 MB, and on one thread 1.7 MB.
     """
     device = torch.device("cpu" if device is None else device)
     if device.type == "cuda":
-        return _cuda_peak(fn, device)
+        with _threads(threads):
+            return _cuda_peak(fn, device)
     if device.type != "cpu":
         raise ValueError(f"peak_memory measures the CPU or CUDA, not {device.type}")
+    with _threads(threads):
+        return _cpu_peak(fn)
+
+
+def _cpu_peak(fn):
     if _running[0] is not None:
         _stop_profiler()                                 # an enclosing measurement's profiler
     _open_events.append([])
@@ -168,14 +194,19 @@ def attention_inputs(d=64, heads=1, dtype=torch.float32):
     return inputs
 
 
-def peak_memories(methods, lengths, d=64, heads=1, device=None, dtype=torch.float32, seed=0):
+def peak_memories(methods, lengths, d=64, heads=1, device=None, dtype=torch.float32, seed=0, threads=1):
     """Peak memory of attention methods against the sequence length (measured by ``peak_memory``).
 
     ``methods`` maps a name to ``f(q, k, v)`` with ``q, k, v (1, heads, T, d)``. Returns
-    ``{name: [bytes at each length]}``.
+    ``{name: [bytes at each length]}``. Every call runs with torch's CPU kernels on ``threads`` threads
+    (default 1, as ``timings`` times them), so that what is measured is the method's memory, the same
+    on any machine, and not the number of the machine's cores times a kernel's buffer per thread
+    (``peak_memory``); None leaves the caller's thread count.
     """
     if not methods:
         raise ValueError("give at least one method")
+    if threads is not None:
+        threads = positive_int(threads, "threads")
     lengths = _sizes(lengths, "lengths")
     device = torch.device("cpu" if device is None else device)
     inputs = attention_inputs(d, heads, dtype)
@@ -185,7 +216,7 @@ def peak_memories(methods, lengths, d=64, heads=1, device=None, dtype=torch.floa
         for T in tqdm(lengths, desc=f"peak memory ({device.type})", file=sys.stderr, leave=False):
             q, k, v = inputs(T, g, device)
             for name, f in methods.items():
-                results[name].append(peak_memory(functools.partial(f, q, k, v), device))
+                results[name].append(peak_memory(functools.partial(f, q, k, v), device, threads))
     return results
 
 
@@ -291,32 +322,74 @@ class Timings:
         best = max(f / t for f, t in zip(self.flops[self.reference], self.median(self.reference), strict=True))
         return [f / t / best for f, t in zip(self.flops[name], self.median(name), strict=True)]
 
-    def broken(self):
-        """The rules this measurement breaks, in words; empty when it passes."""
+    def quartiles(self, name):
+        """``(lower, upper)`` quartile of the seconds per call of ``name`` at every size (as the median is
+        taken by ``Measurement``: linear interpolation between the sorted rounds)."""
+        out = []
+        for m in self.measurements[name]:
+            times = torch.tensor(sorted(m.times), dtype=torch.float64)
+            out.append((times.quantile(0.25).item(), times.quantile(0.75).item()))
+        return out
+
+    def growth_problems(self, name):
+        """How the time of ``name`` fails to grow with the size, in words; empty when it grows.
+
+        It grows when (1) the median rises at every step from one size to the next, (2) by more than
+        the rounds scatter: the lower quartile at the larger size lies above the upper quartile at the
+        smaller, and (3) by at least ``growth`` times from the first size to the last. Rule 3 is what
+        refuses a flat series: rules 1 and 2 alone hold by chance for a time that does not depend on the
+        size (rule 1 at each step half the time), rule 3 only if noise moves a median by half its value.
+        """
+        t, quartiles, growth = self.median(name), self.quartiles(name), self.rules["growth"]
+        found, s = [], self.size_name
+        if any(b <= a for a, b in zip(t, t[1:], strict=False)):
+            found.append(f"{name}: time does not grow with {s}")
+        else:
+            for i, ((_, upper), (lower, _)) in enumerate(zip(quartiles, quartiles[1:], strict=False)):
+                if lower <= upper:
+                    found.append(f"{name}: time does not grow with {s} beyond its spread from {s} = "
+                                 f"{self.sizes[i]:,} to {self.sizes[i + 1]:,} (its quartiles overlap)")
+                    break
+        if t[-1] < growth * t[0]:
+            found.append(f"{name}: time grows less than {growth:g} times from {s} = {self.sizes[0]:,} to {self.sizes[-1]:,}")
+        return found
+
+    def disturbances(self):
+        """The rules a disturbed measurement breaks (spread, and a rate above the reference's), in words."""
         margin, bound = self.rules["margin"], self.rules["spread"]
         found = []
         for name in self.names:
-            t = self.median(name)
-            if name in self.grows and any(b <= a for a, b in zip(t, t[1:], strict=False)):
-                found.append(f"{name}: time does not grow with {self.size_name}")
             if max(self.spread(name)) > bound:
                 found.append(f"{name}: spread above {bound:.0%}")
             if self.reference and name != self.reference and max(self.rate(name)) > 1 + margin:
                 found.append(f"{name}: FLOP rate above the reference's by more than {margin:.0%}")
         return found
 
-    def verdict(self):
+    def broken(self):
+        """The rules this measurement breaks, in words; empty when it passes."""
+        judged = len(self.sizes) > 1
+        growth = [p for name in self.names if judged and name in self.grows for p in self.growth_problems(name)]
+        return growth + self.disturbances()
+
+    def rules_text(self):
         which = "every method" if set(self.grows) == set(self.names) else ", ".join(self.grows)
         margin = self.rules["margin"]
-        rules = ", ".join(
-            ([f"time grows with {self.size_name} for {which}"] if self.grows and len(self.sizes) > 1 else [])
+        return ", ".join(
+            ([f"time grows with {self.size_name} for {which} (x{self.rules['growth']:g} at least from the first size"
+              " to the last, at each step beyond the quartiles)"] if self.grows and len(self.sizes) > 1 else [])
             + ([f"none above the reference's best FLOP rate by more than {margin:.0%}"] if self.reference else [])
             + [f"spread (IQR / median) at most {self.rules['spread']:.0%}"])    # (one size: no growth to judge)
-        broken = self.broken()
+
+    def verdict(self):
+        rules, broken = self.rules_text(), self.broken()
         if not broken:
             return f"verdict: passed, measurement {self.attempt} of at most {self.attempts}: {rules}"
-        return (f"verdict: FAILED after {self.attempt} measurements: {'; '.join(broken)} (rules: {rules}). Other work"
-                " on the machine disturbs timings most: run the cell again when it is idle")
+        s = "" if self.attempt == 1 else "s"
+        head = f"verdict: FAILED after {self.attempt} measurement{s}: {'; '.join(broken)} (rules: {rules})."
+        if not any(self.growth_problems(name) for name in self.grows if len(self.sizes) > 1):
+            return f"{head} Other work on the machine disturbs timings most: run the cell again when it is idle"
+        return (f"{head} A time that did not grow is not measured again: a repeat could pass by chance what does not"
+                " grow")
 
     def __str__(self):
         width = max(len(n) for n in self.names) + 1
@@ -355,8 +428,8 @@ def _no_gc():
             gc.enable()
 
 
-def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margin=0.2, spread=0.25, attempts=None,
-            grows=None, device=None, seed=0, size_name="T"):
+def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margin=0.2, spread=0.25, growth=1.5,
+            attempts=None, grows=None, device=None, seed=0, size_name="T"):
     """Time ``methods`` at every size with one protocol, and judge the measurement; returns ``Timings``.
 
     ``methods`` maps a name to ``f(*inputs(size, generator, device))``; ``reference`` is ``(name, fn,
@@ -365,21 +438,38 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
 
     - each call runs on one thread (``torch.utils.benchmark``'s default), so another process on the
       machine disturbs it less and a rate means the same on any core count;
-    - ``Timer.blocked_autorange`` warms every call up and sizes its block (enough calls for ``block``
-      seconds, at least one);
+    - ``Timer.blocked_autorange`` warms every call up and times it, which sizes its block: enough calls
+      for ``block`` seconds, at least one (blocked_autorange's own blocks, up to ten times longer than it
+      is asked for, made 9.5's timings cost twice as long);
     - then ``rounds`` rounds, each timing one block of every method and the reference at every size,
       in an order rotated from round to round, so a disturbance spreads over all of them instead of
       falling on one, with the garbage collector off as ``timeit`` has it; a ``Measurement`` of the rounds
       gives the median and the IQR;
-    - FLOPs are counted with ``FlopCounterMode`` (``count_flops``), once per method and size;
-    - the verdict: the median grows with the size for every method in ``grows``, no method's counted
-      FLOPs per second exceed the reference's best (over the sizes) by more than ``margin`` (the
-      reference is what this machine does on this shape: more is a broken measurement), and every IQR is at most
-      ``spread`` of its median. When the verdict fails, everything is measured again, up to ``attempts``
-      times in all; the report says which measurement passed, or that the last one still failed.
-      ``attempts`` defaults to 3, or to the environment's ``BOOK_TIMING_ATTEMPTS``: ``make guarantees``
-      sets 1, since it runs two notebooks at once, where a verdict means nothing and its timings are not
-      compared (tests/test_chapter.py).
+    - with a reference, FLOPs are counted with ``FlopCounterMode`` (``count_flops``), once per method and
+      size, for the rates (without one, ``flops`` is empty: nothing uses them);
+    - the verdict: the time grows with the size for every method in ``grows`` (``Timings.growth_problems``:
+      the median rises at every step, beyond the quartiles of the rounds, and by ``growth`` times at least
+      from the first size to the last), no method's counted FLOPs per second exceed the reference's best
+      (over the sizes) by more than ``margin`` (the reference is what this machine does on this shape:
+      more is a broken measurement), and every IQR is at most ``spread`` of its median;
+    - a measurement is repeated only when its time grew and it was disturbed, that is when only a spread or
+      a rate broke its rule, up to ``attempts`` measurements in all; the report says which measurement
+      passed, or that the last one failed and why. A measurement whose time did not grow is final: a
+      repeat never gives a failed growth rule a second chance, so a series passes it only if every
+      measurement taken grew (before, a repeat after a failed growth rule gave a time that does not
+      depend on the size a new chance: it passed in 13 or 14 of 20 runs with three attempts, 5 to 10
+      with one). ``attempts`` defaults to 3, or to the environment's ``BOOK_TIMING_ATTEMPTS``: ``make
+      guarantees`` sets 1, since it runs two notebooks at once, where a verdict means nothing and its
+      timings are not compared (tests/test_chapter.py).
+
+    On a GPU (``device`` CUDA), a call at small sizes costs its kernel launches and Python's dispatch,
+    some microseconds each whatever the size: the time is flat there, and the growth rule refuses it,
+    rightly, since nothing grows. Time a GPU from sizes where the work takes several launches' time:
+    section 9.5 times one head of width 64 from T = 2,048 on a GPU (about 1 GFLOP a call for the
+    attention methods, some tens of microseconds at the tens of TFLOP/s of a current GPU, and a
+    T x T matrix of 16 MB or more to write), against T = 128 on the CPU. The reference's rate is no
+    bound there either: a GPU's fused attention kernels may run float32 on its tensor cores, which a
+    float32 matrix product does not use by default, so 9.5 times a GPU without a reference.
     """
     from torch.utils.benchmark import Measurement, TaskSpec, Timer, set_torch_threads
 
@@ -393,6 +483,8 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
     if rounds < 3:
         raise ValueError(f"rounds must be at least 3 for an IQR, got {rounds}")
     block, spread = positive_float(block, "block"), positive_float(spread, "spread")
+    if positive_float(growth, "growth") <= 1:
+        raise ValueError(f"growth must be above 1 (the time at the largest size over the time at the smallest), got {growth!r}")
     if not (isinstance(margin, int | float) and not isinstance(margin, bool) and 0 <= margin < float("inf")):
         raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
     device = torch.device("cpu" if device is None else device)
@@ -410,18 +502,24 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
         raise ValueError(f"grows names no method: {sorted(unknown)}")
     g = torch.Generator(device=device).manual_seed(seed)
     args = {(name, s): make(s, g, device) for s in sizes for name, (_, make) in calls.items()}
-    with torch.no_grad():
-        flops = {name: [count_flops(calls[name][0], *args[name, s]) for s in sizes] for name in names}
+    flops = {}                                  # counted for the rates, which need a reference
+    if reference is not None:
+        with torch.no_grad():
+            flops = {name: [count_flops(calls[name][0], *args[name, s]) for s in sizes] for name in names}
     if reference is not None and not any(flops[ref_name]):        # every rate would divide by its best, 0
         raise ValueError(f"the reference {ref_name!r} counts no FLOPs at any size (FlopCounterMode counts matrix"
                          " products and attention), so it has no FLOP rate to measure the methods' against")
-    rules = {"margin": margin, "spread": spread, "rounds": rounds}
+    rules = {"margin": margin, "spread": spread, "rounds": rounds, "growth": growth}
     for attempt in range(1, attempts + 1):
         with torch.no_grad(), set_torch_threads(1):
             number = {}
             for key, a in args.items():                  # warm up and size every block
                 timer = Timer("fn(*args)", globals={"fn": calls[key[0]][0], "args": a}, num_threads=1)
-                number[key] = timer.blocked_autorange(min_run_time=block).number_per_run
+                # blocked_autorange grows its block by tens until the timer's overhead is 1e-4 of it, so its
+                # blocks last up to ten times min_run_time (5 to 50 ms for 5 ms asked): it warms up, and the
+                # rounds time blocks of ``block`` seconds, the calls it took at least one.
+                warm = timer.blocked_autorange(min_run_time=block / 5)
+                number[key] = max(1, math.ceil(block / warm.median))
             raw = {key: [] for key in args}
             keys = list(args)
             with _no_gc():
@@ -434,6 +532,6 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
                                for s in sizes] for name in names}
         result = Timings(sizes, names, measurements, flops, reference and reference[0], rules, attempt, attempts,
                          size_name, grows)
-        if not result.broken():
-            break
+        if not result.disturbances() or any(result.growth_problems(name) for name in grows if len(sizes) > 1):
+            break                              # passed, or failed to grow: final either way (no second chance)
     return result

@@ -5,6 +5,8 @@ One thread per process makes each model's run bit-for-bit reproducible on a give
 thread count the notebook itself uses.
 """
 
+import ctypes
+import ctypes.util
 import math
 import multiprocessing as mp
 import os
@@ -151,6 +153,49 @@ def run_one(name, setup=None, on_step=None):
     return Result(name, params, steps, mse, state, readout)
 
 
+def usable_cores():
+    """The cores this process may compute on: its CPU affinity, bounded by a container's CPU quota (a
+    cgroup's ``cpu.max``, as Binder and Kubernetes set it), at least 1.
+
+    ``os.cpu_count()`` counts the host's cores: under a quota of two cores on a host of 16 it says 16, and
+    a race sized by it started three workers, each a process with its own copy of torch (about 0.3 GB).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    for quota_file, period_file in (("/sys/fs/cgroup/cpu.max", None),                       # cgroup v2
+                                    ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")):
+        try:
+            with open(quota_file) as f:
+                fields = f.read().split()
+            if period_file:
+                with open(period_file) as f:
+                    fields.append(f.read().strip())
+            quota, period = fields[0], int(fields[1])
+            if quota not in ("max", "-1") and int(quota) > 0 and period > 0:
+                cores = min(cores, max(1, math.ceil(int(quota) / period)))
+            break
+        except (OSError, ValueError, IndexError):
+            continue
+    return max(1, cores)
+
+
+def _trim():
+    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``; elsewhere nothing). A worker's
+    training frees most of what each evaluation allocates, but glibc keeps it: about 45 MB of a worker's 280."""
+    if _malloc_trim[0] is None:
+        try:
+            _malloc_trim[0] = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+        except (OSError, AttributeError, TypeError):
+            _malloc_trim[0] = False
+    if _malloc_trim[0]:
+        _malloc_trim[0](0)
+
+
+_malloc_trim = [None]
+
+
 def _start_worker(channel):
     """Each worker process: one thread (reproducible runs), and a channel back to the race."""
     global _channel
@@ -169,6 +214,7 @@ def _lane(run, name, setup, report_every):
     def on_step(step):
         if step % report_every == 0:
             _channel.put(("progress", name, report_every))
+            _trim()                          # memory only: what the run computes is the same
 
     try:
         return run(name, setup, on_step)
@@ -196,8 +242,9 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
     """Train every model in ``names`` under the same ``setup``; return ``{name: Result}`` in that order.
 
     Each model is one job for a pool of ``workers`` single-threaded (spawned) processes (default: one
-    per CPU core, at most one per model), submitted longest first; ``workers=0`` trains them one after
-    the other in this process. A tqdm bar on stderr counts the steps of all models together.
+    per core this process may use, ``usable_cores()``, at most one per model), submitted longest first;
+    ``workers=0`` trains them one after the other in this process. A tqdm bar on stderr counts the steps
+    of all models together.
 
     A watchdog ends the workers and raises ``TimeoutError`` naming the model (the lane) when a started
     model reports no progress for ``stall`` seconds, or when the whole race passes ``deadline``
@@ -252,7 +299,7 @@ def _lanes(names, workers):
         raise ValueError(f"names must be some of {list(MODELS)}, got {list(names)}")
     if len(set(names)) != len(names):
         raise ValueError(f"names must be distinct, got {list(names)}")
-    workers = (os.cpu_count() or 1) if workers is None else non_negative_int(workers, "workers")
+    workers = usable_cores() if workers is None else non_negative_int(workers, "workers")
     return names, min(workers, len(names))
 
 
@@ -316,7 +363,7 @@ def start_race(setup=None, leave_cores=True, **kw):
     pool.shutdown(wait=False)             # the thread ends with the race
     _RACING.append(racing)
     if leave_cores and workers:
-        torch.set_num_threads(max(1, min(racing.threads, (os.cpu_count() or 1) - workers)))
+        torch.set_num_threads(max(1, min(racing.threads, usable_cores() - workers)))
     return racing
 
 

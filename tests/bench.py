@@ -3,6 +3,10 @@ in tests/budgets.toml, and each notebook's slowest cells, so the next cost is vi
 reports; it does not fail on a slow machine (`make bench`). It times a reader's Run All, in which a
 control draws only its start state and no figure is written (`make execute` does both for the book).
 
+Memory: the peak of the kernel's process tree (its own and the processes it starts, 9.4's race workers),
+each page counted once, as a memory limit counts it (PSS, ``chapter.tree_memory``); beside it the peak of
+their resident sizes added up, which counts the pages they share once per process.
+
 The cells' times come from the timestamps nbclient records in every executed cell
 (``metadata.execution``: from ``iopub.status.busy`` to ``shell.execute_reply``), which `make execute`
 strips from the stored notebooks (book/clean.py) but this report reads from its own fresh run.
@@ -35,7 +39,7 @@ def startup_cost(times=3):
         path = Path(folder) / "startup.ipynb"
         nbformat.write(nb, path)
         runs = sorted((execute(path) for _ in range(times)), key=lambda run: run.seconds)
-        return runs[len(runs) // 2]
+        return runs[len(runs) // 2][:4]                  # (notebook, seconds, MiB, after), as conftest.py unpacks it
 
 
 def cell_seconds(nb):
@@ -53,9 +57,9 @@ def cell_seconds(nb):
 
 
 def summary(stem, run):
-    """What the report shows of one execution: ``(stem, seconds, peak MiB, slowest cells)``, plain data
-    (pytest-xdist carries it from a worker to the report)."""
-    return stem, run.seconds, run.mib, cell_seconds(run.nb)[:SLOWEST]
+    """What the report shows of one execution: ``(stem, seconds, peak MiB, slowest cells, peak RSS sum MiB)``,
+    plain data (pytest-xdist carries it from a worker to the report)."""
+    return stem, run.seconds, run.mib, cell_seconds(run.nb)[:SLOWEST], run.rss_mib
 
 
 def report(rows, floor, mib_floor=None, write=print):
@@ -63,17 +67,20 @@ def report(rows, floor, mib_floor=None, write=print):
     if mib_floor is not None:
         write(f"kernel start + import torch, helpers (median of 3): {floor:.1f} s, {mib_floor:.0f} MiB")
     write("")
-    write(f"{'notebook':34} {'seconds':>8} {'peak MiB':>9} {'budget':>7}  within")
+    write(f"{'notebook':34} {'seconds':>8} {'budget':>7} {'peak MiB':>9} {'budget':>7} {'RSS sum':>8}  within")
     total = 0.0
-    for stem, seconds, mib, _ in rows:
+    for stem, seconds, mib, _, *rss in rows:
         budget = BUDGETS["race"] if stem == BUDGETS["race_notebook"] else BUDGETS["notebook"]
         total += seconds
-        write(f"{stem:34} {seconds:8.1f} {mib:9.0f} {budget:7.0f}  {'yes' if seconds <= budget else 'NO'}")
-    write(f"{'total':34} {total:8.1f} {'':9} {BUDGETS['chapter']:7.0f}  {'yes' if total <= BUDGETS['chapter'] else 'NO'}")
+        over = [what for what, bad in (("time", seconds > budget), ("memory", mib > BUDGETS["memory"])) if bad]
+        write(f"{stem:34} {seconds:8.1f} {budget:7.0f} {mib:9.0f} {BUDGETS['memory']:7.0f} {rss[0] if rss else 0:8.0f}  "
+              f"{'NO: ' + ', '.join(over) if over else 'yes'}")
+    within = "yes" if total <= BUDGETS["chapter"] else "NO"
+    write(f"{'total':34} {total:8.1f} {BUDGETS['chapter']:7.0f} {'':9} {'':7} {'':8}  {within}")
     write(f"{'':34} {total / floor:7.0f}x the kernel-start floor of {floor:.1f} s (budget {BUDGETS['floors']}x)")
     write("")
     write("slowest cells (code cell number: its first line):")
-    for stem, _, _, slowest in rows:
+    for stem, _, _, slowest, *_ in rows:
         write(f"  {stem}")
         for s, i, first in slowest:
             write(f"    {s:6.1f} s  cell {i:2d}: {first[:70]}")

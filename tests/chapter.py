@@ -36,8 +36,9 @@ def source(name):
 class Run(NamedTuple):
     nb: object          # the executed notebook (without the cell ``after``)
     seconds: float      # the notebook's cells, not counting ``after``
-    mib: float          # peak memory of the kernel's process tree
+    mib: float          # peak memory of the kernel's process tree, each page counted once (PSS; tree_memory)
     after: str          # what the cell ``after`` printed ("" without one)
+    rss_mib: float = 0  # the peak of the processes' resident sizes added up (a page they share, once each)
 COMPARED = ("text/plain", "text/html", "text/markdown", "text/latex", "image/svg+xml", "application/json")
 
 
@@ -101,7 +102,8 @@ def execute(path, threads=None, offline=False, timeout=600, variables=None, afte
     if done.returncode != 0:
         raise RuntimeError(f"executing {Path(path).name} failed:\n{done.stderr[-4000:]}")
     report = json.loads(done.stdout.splitlines()[-1])
-    return Run(nbformat.reads(report["notebook"], as_version=4), report["seconds"], report["peak_mib"], report["after"])
+    return Run(nbformat.reads(report["notebook"], as_version=4), report["seconds"], report["peak_mib"], report["after"],
+               report["peak_rss_mib"])
 
 
 # Run first in the kernel where unshare is unavailable: refuse every connection but loopback.
@@ -126,6 +128,39 @@ _spec.loader.exec_module(_rebind)
 """
 
 
+def tree_memory(processes, peak, last, every=1.0):
+    """Update ``peak["rss"]`` and ``peak["pss"]`` with the memory of ``processes`` now; return when PSS was last read.
+
+    A notebook's memory is its kernel's and that of the processes it starts (9.4's race workers) together. Their
+    resident sizes (RSS) added up count a page they share (torch's libraries, mapped by each) once per process;
+    a memory limit such as Binder's 2 GiB (a cgroup's) counts it once. The proportional set size (PSS) divides
+    each shared page among the processes that map it, so its sum counts every page once: that is the peak
+    reported. Reading PSS costs some milliseconds per process (the kernel walks its pages), against
+    microseconds for RSS, so it is read only when it could be a new peak (PSS <= RSS, so only when the RSS sum
+    exceeds the PSS peak), at a new RSS peak or ``every`` seconds at most. Where PSS is unavailable, RSS stands in.
+    """
+    import psutil
+
+    rss, alive = 0, []
+    for p in processes:
+        try:
+            rss += p.memory_info().rss
+            alive.append(p)
+        except psutil.Error:
+            pass
+    now, new_high = time.monotonic(), rss > peak["rss"]
+    peak["rss"] = max(peak["rss"], rss)
+    if rss > peak["pss"] and (new_high or now - last >= every):
+        pss = 0
+        for p in alive:
+            try:
+                pss += getattr(p.memory_full_info(), "pss", None) or p.memory_info().rss
+            except psutil.Error:
+                pass
+        peak["pss"], last = max(peak["pss"], pss), now
+    return last
+
+
 def _child(path, threads, timeout, after, guard):
     """In the child process: execute the notebook, sampling the memory of the kernel's process tree."""
     import psutil
@@ -140,17 +175,12 @@ def _child(path, threads, timeout, after, guard):
     if os.environ.get("BOOK_REBIND"):             # last, so that it notes the notebook's cells only
         setup.append(nbformat.v4.new_code_cell(REBIND.format(path=Path(__file__).with_name("rebind.py"))))
     nb.cells = setup + nb.cells
-    me, peak, running = psutil.Process(), [0], [True]
+    me, peak, running = psutil.Process(), {"pss": 0, "rss": 0}, [True]
 
     def sample():
+        last = 0.0
         while running[0]:
-            rss = 0
-            for p in me.children(recursive=True):
-                try:
-                    rss += p.memory_info().rss
-                except psutil.Error:
-                    pass
-            peak[0] = max(peak[0], rss)
+            last = tree_memory(me.children(recursive=True), peak, last)
             time.sleep(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -177,7 +207,8 @@ def _child(path, threads, timeout, after, guard):
             printed = "".join(o.get("text", "") for o in probe.outputs if o.output_type == "stream" and o.name == "stdout")
     sampler.join()
     nb.cells = nb.cells[len(setup):]
-    print(json.dumps({"notebook": nbformat.writes(nb), "seconds": seconds, "peak_mib": peak[0] / 2**20, "after": printed}))
+    print(json.dumps({"notebook": nbformat.writes(nb), "seconds": seconds, "peak_mib": peak["pss"] / 2**20,
+                      "peak_rss_mib": peak["rss"] / 2**20, "after": printed}))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ import time
 import pytest
 import torch
 
-from helpers.race import MODELS, SLOWEST_FIRST, Result, Setup, race, run_one, start_race
+from helpers import race as race_module
+from helpers.race import MODELS, SLOWEST_FIRST, Result, Setup, race, run_one, start_race, usable_cores
 from helpers.race import test_set as held_out
 from helpers.train import train_and_evaluate
 
@@ -230,7 +231,7 @@ def test_start_race_runs_the_race_in_the_background_and_returns_its_results():
     with pytest.raises(RuntimeError, match="training GRU failed"):
         failing.result(timeout=120)
     both = start_race(SMALL, names=("GRU", "RNN"), run=fail)      # default: a worker per core, one per model at most
-    assert both.workers == min(os.cpu_count() or 1, 2)
+    assert both.workers == min(usable_cores(), 2)
     with pytest.raises(RuntimeError, match="failed"):
         both.result(timeout=120)
     lazy = start_race(SMALL, names=(n for n in ("RNN",)), workers=0)                  # a generator, read once
@@ -245,7 +246,7 @@ def test_start_race_runs_the_race_in_the_background_and_returns_its_results():
 def test_start_race_leaves_the_workers_their_cores_and_a_second_start_stops_the_first(monkeypatch):
     """9.4's reader ran the race's cell twice: the first race went on beside the second (four workers on two
     cores), and the thread count the notebook restored was the one the first race had lowered."""
-    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(race_module, "usable_cores", lambda: 3)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(3)
@@ -339,3 +340,28 @@ def test_a_setup_and_a_stop_of_the_wrong_kind_are_named():
         test_set({"test_size": 4})
     with pytest.raises(ValueError, match="stop must be a threading.Event"):
         race(("RNN",), Setup(steps=2, every=1, test_size=4, batch=2), workers=0, progress=False, stop=True)
+
+
+@pytest.mark.parametrize(("files", "want"), [
+    ({"/sys/fs/cgroup/cpu.max": "max 100000"}, 16),                       # no quota: the affinity
+    ({"/sys/fs/cgroup/cpu.max": "200000 100000"}, 2),                     # Binder-like: 2 cores of 16
+    ({"/sys/fs/cgroup/cpu.max": "150000 100000"}, 2),                     # 1.5 cores: 2 busy processes fit
+    ({"/sys/fs/cgroup/cpu.max": "50000 100000"}, 1),
+    ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "300000", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000"}, 3),   # v1
+    ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000"}, 16),
+    ({}, 16),
+])
+def test_the_race_sizes_its_workers_by_the_cores_it_may_use(monkeypatch, files, want):
+    """Issue 34: os.cpu_count() counts the host's cores; under a container's quota (Binder: 2 GiB, a core or
+    two of a large host) a race sized by it started a worker per model, each with its own torch."""
+    import io
+
+    def fake_open(path, *args, **kwargs):
+        if path in files:
+            return io.StringIO(files[path])
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(race_module, "open", fake_open, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert usable_cores() == want
+    assert race_module._lanes(("GRU", "transformer", "RNN"), None)[1] == min(want, 3)

@@ -37,7 +37,7 @@ spec.loader.exec_module(ledger)
 @pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
 def test_one_convention_for_what_varies(md):
     text = md.read_text()
-    assert "NBVAL_" not in text, "tag the cell nbval-ignore-output instead of a # NBVAL_... comment (README)"
+    assert "NBVAL_" not in text, "tag the cell nbval-ignore-output instead of a # NBVAL_... comment (CONTRIBUTING.md)"
     for cell in nbformat.read(md.with_suffix(".ipynb"), as_version=4).cells:
         tags = cell.metadata.get("tags", [])
         assert not [t for t in tags if t.startswith("nbval") and t != TAG], f"only {TAG} is the book's convention"

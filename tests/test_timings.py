@@ -5,7 +5,10 @@ What can be checked on the stored notebooks is that what they show is a sound me
 timing a notebook shows is printed by `helpers.measure.timings`; this test reads each such report back
 from the stored outputs, from its printed numbers alone (not from its verdict line), and fails when
 - the report's own verdict is not "passed";
-- a method's median time does not grow with the size (where the report says it must);
+- a method's median time does not grow with the size (where the report says it must): it must rise at
+  every step and, from the first size to the last, by the factor the report states (to the rounding of the
+  printed medians); that the rise at every step is beyond the quartiles is the verdict's to say, since the
+  report prints the IQR, not the quartiles;
 - a spread (IQR / median) is above the bound the report states;
 - a method's counted FLOPs per second exceed the reference's best by more than the stated margin;
 - a stored output shows a time outside such a report (the allowed exceptions are listed in ELSEWHERE).
@@ -27,7 +30,7 @@ HEADER = re.compile(r"^time per call: median of (\d+) interleaved rounds on 1 th
 RATES = "counted FLOPs per second, as a fraction of the reference's best"
 CELL = re.compile(r"\s+([0-9.e+-]+) \(\s*(\d+)%\)")
 VERDICT = re.compile(r"^verdict: (passed|FAILED)")
-GROWS = re.compile(r"time grows with (\S+) for (.+?)(?:, none above|, spread)")
+GROWS = re.compile(r"time grows with (\S+) for (.+?) \(x([0-9.]+) at least from the first size to the last")
 MARGIN = re.compile(r"by more than (\d+)%")
 BOUND = re.compile(r"spread \(IQR / median\) at most (\d+)%")
 # A time shown on its own, outside a report: a number with a unit of time.
@@ -72,8 +75,12 @@ def problems(report):
             continue
         name = line[:len(line) - len("".join(m.group(0) for m in CELL.finditer(line)))].strip()
         medians = [float(t) for t, _ in cells]
-        if (everyone or name in grows.group(2).split(", ")) and any(b <= a for a, b in zip(medians, medians[1:], strict=False)):
-            found.append(f"{name}: the median does not grow: {medians}")
+        if everyone or name in grows.group(2).split(", "):
+            if any(b <= a for a, b in zip(medians, medians[1:], strict=False)):
+                found.append(f"{name}: the median does not grow: {medians}")
+            # printed to 3 significant digits: each median may be off by half a unit in its third digit
+            if medians[-1] * (1 + 5e-3) < float(grows.group(3)) * medians[0] * (1 - 5e-3):
+                found.append(f"{name}: the median grows less than {grows.group(3)} times: {medians}")
         if max(int(s) for _, s in cells) > bound:
             found.append(f"{name}: a spread above {bound}%: {[int(s) for _, s in cells]}")
     if RATES in report:
@@ -132,7 +139,7 @@ def made_up(medians, spread=0.05, reference=None, rate_of=None):
         measurements[name] = [Measurement(1, [t * (1 - spread), t * (1 - spread / 2), t, t * (1 + spread / 2), t * (1 + spread)],
                                           TaskSpec(stmt=name, setup="")) for t in table[name]]
     flops = {name: [1e6 * s * s for s in sizes] for name in names}
-    rules = {"margin": 0.2, "spread": 0.25, "rounds": 5}
+    rules = {"margin": 0.2, "spread": 0.25, "rounds": 5, "growth": 1.5}
     return Timings(sizes, names, measurements, flops, reference, rules, 1, 3, "T", names)
 
 
@@ -140,6 +147,15 @@ def test_a_sound_report_passes():
     t = made_up({"a": [1e-3, 4e-3, 16e-3]}, reference="ref", rate_of=[0.5e-3, 2e-3, 8e-3])
     [report] = reports(str(t))
     assert t.broken() == [] and problems(report) == []
+
+
+def test_a_flat_series_is_refused_from_its_numbers():
+    """Issue 34: a time that does not depend on the size, its medians rising by chance at every step."""
+    flat = made_up({"a": [1.00e-3, 1.05e-3, 1.10e-3]})
+    [report] = reports(str(flat))
+    assert flat.broken() and report[-1].startswith("verdict: FAILED")
+    passed = [*report[:-1], report[-1].replace("verdict: FAILED after 1 measurement: ", "verdict: passed, ")]
+    assert any("grows less than 1.5 times" in p for p in problems(passed)), problems(passed)
 
 
 def test_the_disturbed_runs_of_issue_21_are_refused():
@@ -152,7 +168,7 @@ def test_the_disturbed_runs_of_issue_21_are_refused():
         assert t.broken(), str(t)
         assert report[-1].startswith("verdict: FAILED")
         assert any(words in p for p in problems(report)), problems(report)
-        passed = [*report[:-1], report[-1].replace("verdict: FAILED after 1 measurements: ", "verdict: passed, ")]
+        passed = [*report[:-1], report[-1].replace("verdict: FAILED after 1 measurement: ", "verdict: passed, ")]
         assert any(words in p for p in problems(passed)), "the numbers are checked, not only the verdict"
 
 
