@@ -68,6 +68,18 @@ def note(info):
     SEEN.append((first[:70], objects))
 
 
+def _same(a, b):
+    """Whether ``a`` holds what ``b`` held: equal plain values, element by element in a tuple (whose
+    elements may be tensors, which ``==`` would compare elementwise), the very object otherwise."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, VALUES):
+        return a == b
+    return a is b
+
+
 def rebound():
     """``[(cell number, name, first line)]``: what a re-run after Run All would read rebound."""
     namespace = get_ipython().user_ns
@@ -77,7 +89,7 @@ def rebound():
             now = namespace.get(name)
             if module or id(now) == ident:
                 continue
-            if value is not None and type(now) is type(value) and now == value:
+            if value is not None and _same(now, value):
                 continue
             found.append((k, name, first))
     return found
