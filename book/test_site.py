@@ -241,8 +241,9 @@ def test_exercises_are_numbered_listed_and_collapsed(name, server, browser):
         assert all(f"#{anchor}" in listed for anchor, _ in headings), f"exercises missing from the page's contents: {listed}"
 
         # Reference solutions in code: myst-nb's hide-input toggle, closed; the checker's output shows "correct".
-        # (Figure cells are collapsed too, so only the Exercises section's collapsed cells are solutions.)
-        solutions = v.page.locator("main section#exercises .cell.tag_hide-input")
+        # (Figure cells are collapsed too, so only the Exercises section's collapsed cells can be solutions.)
+        # Check cells (helpers.verify, collapsed too) are not solutions: their output is a .book-checks line.
+        solutions = v.page.locator("main section#exercises .cell.tag_hide-input:not(:has(.book-checks))")
         assert solutions.count() >= 3
         for k in range(solutions.count()):
             cell = solutions.nth(k)
