@@ -507,3 +507,37 @@ def test_a_float_result_computed_in_half_precision_fails_every_check():
         return m, l_a * r_a + l_b * r_b, acc_a * r_a + acc_b * r_b
     for number, answer in (("9.4.1", rms), ("9.5.1", merge)):
         fails_on_every_seed(number, answer, "your function computed with torch.float16 tensors")
+
+
+def test_solved_waits_for_that_very_function_to_pass(capsys):
+    """An experiment after a check runs under ``if solved(number, name):``: only once that function has passed."""
+    from helpers.exercises import check, solved
+    from helpers.exercises.judge import SOLVED
+
+    def relative_index(M):
+        y, x = torch.arange(M * M) // M, torch.arange(M * M) % M
+        dy, dx = y[:, None] - y[None, :], x[:, None] - x[None, :]
+        return (dy + M - 1) * (2 * M - 1) + (dx + M - 1)
+
+    def starter(M):
+        ...  # your code here
+
+    SOLVED.pop("9.6.2", None)
+    assert not solved("9.6.2", relative_index)
+    assert capsys.readouterr().out.startswith("Exercise 9.6.2: complete the function above first")
+    check("9.6.2", starter)
+    assert not solved("9.6.2", starter)
+    check("9.6.2", relative_index)
+    capsys.readouterr()
+    assert solved("9.6.2", relative_index) and capsys.readouterr().out == ""
+
+    def redefined(M):                      # a new function, not yet checked: the experiment waits again
+        return relative_index(M)
+
+    assert not solved("9.6.2", redefined)
+    check("9.6.2", lambda M: relative_index(M).T.contiguous())    # a failing check forgets the pass
+    assert not solved("9.6.2", relative_index)
+    with pytest.raises(ValueError, match="no exercise"):
+        solved("9.9.9", relative_index)
+    with pytest.raises(ValueError, match="no exercise"):
+        solved(9.1, relative_index)

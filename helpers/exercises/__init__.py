@@ -20,8 +20,9 @@ from helpers.exercises.judge import (
     compare_number,
     exercise,
     fresh,
+    solved,
     verdict,
 )
 
 __all__ = ["EXERCISES", "TIME_LIMIT", "Draw", "Exercise", "NotAttempted", "Wrong", "call", "cases", "check", "close",
-           "compare", "compare_number", "exercise", "fresh", "verdict"]
+           "compare", "compare_number", "exercise", "fresh", "solved", "verdict"]

@@ -257,9 +257,33 @@ def verdict(number, answer, seed=None, time_limit=None):
     return True, f"Exercise {number}: correct. {exercise_.done}"
 
 
+SOLVED = {}      # exercise number -> the answer whose check last passed (what ``solved`` asks about)
+
+
 def check(number, answer):
     """Run exercise ``number``'s checker on ``answer`` and print its verdict."""
-    print(verdict(number, answer)[1])
+    ok, message = verdict(number, answer)
+    if ok:
+        SOLVED[number] = answer
+    else:
+        SOLVED.pop(number, None)
+    print(message)
+
+
+def solved(number, answer):
+    """Whether ``answer`` is the one whose check of exercise ``number`` last passed; if not, say what to do first.
+
+    An exercise's experiment runs under ``if solved("9.6.2", relative_index):`` in the cell after the check, so
+    Run All stays clean before the exercise is done, and a function redefined since its check is not used.
+    """
+    if not isinstance(number, str) or number not in EXERCISES:
+        raise ValueError(f'no exercise {number!r}; give its number as a string, such as "9.1.1"')
+    if SOLVED.get(number) is answer and answer is not None:
+        return True
+    name = getattr(answer, "__name__", None) or "the answer"
+    print(f"Exercise {number}: complete the function above first ({name} has not passed its check yet), "
+          "then run this cell again.")
+    return False
 
 
 def _within(seconds, run):
