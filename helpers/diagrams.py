@@ -13,12 +13,18 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap, to_rgb
+from matplotlib.font_manager import FontProperties
 from matplotlib.legend_handler import HandlerTuple
-from matplotlib.patches import FancyBboxPatch
+from matplotlib.lines import Line2D
+from matplotlib.patches import FancyBboxPatch, Rectangle
+from matplotlib.textpath import text_to_path
 
 from helpers.checks import floating, positive_int, tensor
 from helpers.plotting import PALETTE
 from helpers.vision import patches
+
+SIZE, SMALL = 10, 9                                   # points: the book's font size, the smallest label (as in mechanisms)
+MAY_ATTEND, HIDDEN = PALETTE["blue"], "white"         # the chapter's mask colours (see MASK_STYLE)
 
 
 def _luminance(rgb):
@@ -99,29 +105,120 @@ def annotated_heatmap(ax, values, fmt="{:.2f}", fontsize=7, **style):
 
 
 def mask_grid(ax, mask, title):
-    """Draw a boolean ``mask (queries, keys)`` as a grid, filled where attention is allowed (``False``).
+    """Draw a boolean ``mask (queries, keys)`` as a grid, blue where attention is allowed (``False``), white
+    where it is hidden: the chapter's colours for masks (``MAY_ATTEND``, ``HIDDEN``).
 
     True means hidden, as in ``helpers.attention.causal_mask``.
     """
     _axes(ax)
     if tensor(mask, "mask").dim() != 2 or mask.dtype != torch.bool:
         raise ValueError(f"mask must be a (queries, keys) bool tensor, got {mask.dtype} of shape {tuple(mask.shape)}")
-    ax.imshow((~mask).cpu().numpy(), cmap=ListedColormap(["white", PALETTE["blue"]]), vmin=0, vmax=1)
+    ax.imshow((~mask).cpu().numpy(), cmap=ListedColormap([HIDDEN, MAY_ATTEND]), vmin=0, vmax=1)
     ax.set_xticks([])                                    # no major ticks: one at 2.5 would hide that gridline
     ax.set_yticks([])
     ax.set_xticks(np.arange(mask.shape[1]) - 0.5, minor=True)
     ax.set_yticks(np.arange(mask.shape[0]) - 0.5, minor=True)
     ax.grid(which="minor", color="0.75", lw=0.5)
     ax.tick_params(which="both", length=0, labelbottom=False, labelleft=False)
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel("keys", fontsize=8, labelpad=2)
-    ax.set_ylabel("queries", fontsize=8, labelpad=2)
+    ax.set_title(title, fontsize=SMALL)
+    ax.set_xlabel("keys", fontsize=SMALL, labelpad=2)
+    ax.set_ylabel("queries", fontsize=SMALL, labelpad=2)
 
 
-# The mask panel of 9.2's weights figure and its mask control: pale where a key is visible (0 added to its score),
-# blue where it is hidden (-inf added). Pass it to annotated_heatmap with a 0/1 mask matrix.
-MASK_STYLE = dict(cmap=ListedColormap(["#f2f2f2", PALETTE["sky"]]), vmin=0, vmax=1, fontsize=8,
+# The chapter's colours for attention: blue where a query may attend to a key (and, in the weights' Blues, the
+# larger a weight the bluer), pale where a key is hidden. The mask panel of 9.2's weights figure and its mask
+# control keep them: blue where a key is visible (0 added to its score), pale grey where it is hidden (-inf
+# added). Pass MASK_STYLE to annotated_heatmap with a 0/1 mask matrix, 1 where a key is hidden.
+MASK_STYLE = dict(cmap=ListedColormap([MAY_ATTEND, "#f2f2f2"]), vmin=0, vmax=1, fontsize=SMALL,
                   fmt=lambda hidden: "$-\\infty$" if hidden else "0")
+
+
+def _text_width(text, size):
+    """How wide one line of ``text`` is set at ``size`` points, in inches."""
+    return text_to_path.get_text_width_height_descent(text, FontProperties(size=size), ismath="$" in text)[0] / 72
+
+
+def _wrapped(text, width, size=SMALL):
+    """``text`` on as few lines as keep each within ``width`` inches at ``size`` points (breaking at spaces)."""
+    lines = []
+    for word in text.split():
+        if lines and _text_width(f"{lines[-1]} {word}", size) <= width:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+def transformer_block(families):
+    """Figure 9.4.1: a pre-normalization transformer block (``block_diagram``) and, right of it, the masks of
+    the families of transformers (``mask_grid``), every grid at one cell size, under one legend (blue: may
+    attend).
+
+    ``families`` maps ``"family: panel"`` to a ``(queries, keys)`` bool mask (True hides a key), in the order
+    drawn, as ``"encoder–decoder: cross-attention (decoder → encoder)"``: the panels of one family (the text
+    before the first colon) sit side by side under one heading, and the families fill rows, a family that
+    does not fit on a row starting the next. The figure is 6.5 inches wide, the site's column (see
+    ``helpers.mechanisms``). Returns the figure.
+    """
+    groups = {}
+    for name, mask in families.items():
+        family, colon, panel = str(name).partition(":")
+        if not colon or not family.strip() or not panel.strip():
+            raise ValueError(f"each name must read 'family: panel', got {name!r}")
+        if tensor(mask, "mask").dim() != 2 or mask.dtype != torch.bool:
+            raise ValueError(f"{name!r}: a mask must be a (queries, keys) bool tensor, got {mask.dtype} "
+                             f"of shape {tuple(mask.shape)}")
+        groups.setdefault(" ".join(family.split()), []).append((" ".join(panel.split()), mask))
+    if not groups:
+        raise ValueError("families must hold at least one 'family: panel' mask")
+    W, left, right, label, gap, between = 6.5, 2.45, 6.45, 0.22, 0.25, 0.45     # inches
+    space = right - left
+
+    def width(row, u):
+        """How wide a row of families is with cells of ``u`` inches: each grid, the queries' label left of it."""
+        return sum(sum(m.shape[1] * u + label for _, m in groups[f]) + gap * (len(groups[f]) - 1) for f in row) \
+            + between * (len(row) - 1)
+
+    rows, u = [], 0.2
+    for family in groups:                                   # a family starts a new row where it does not fit
+        if rows and width([*rows[-1], family], u) <= space:
+            rows[-1].append(family)
+        else:
+            rows.append([family])
+    while max(width(row, u) for row in rows) > space:
+        u *= 0.95
+    titles = {f: [_wrapped(p, max(m.shape[1] * u + gap + 0.05, 0.9)) for p, m in groups[f]] for f in groups}
+    lines = [max(t.count("\n") + 1 for f in row for t in titles[f]) for row in rows]
+    grids = [max(m.shape[0] for f in row for _, m in groups[f]) * u for row in rows]
+    heights = [0.3 + 0.16 * n + 0.1 + g + 0.3 for n, g in zip(lines, grids, strict=True)]   # heading, titles, grid, keys
+    H = sum(heights) + 0.2 * (len(rows) - 1) + 0.5
+    fig = plt.figure(figsize=(W, H))
+    with _closed_on_error(fig):
+        block_diagram(fig.add_axes((0.05 / W, 0.1 / H, 2.2 / W, (H - 0.2) / H)))
+        top = H - 0.05
+        for row, n, height in zip(rows, lines, heights, strict=True):
+            (_, last), title = groups[row[-1]][-1], titles[row[-1]][-1]
+            beyond = max(0, max(_text_width(t, SMALL) for t in title.split("\n")) - last.shape[1] * u) / 2   # its title's
+            x = min(left + (space - width(row, u)) / 2, W - 0.05 - beyond - width(row, u))
+            grid_top = top - 0.3 - 0.16 * n - 0.1
+            for family in row:
+                start = x
+                for (_, mask), title in zip(groups[family], titles[family], strict=True):
+                    x += label
+                    ax = fig.add_axes((x / W, (grid_top - mask.shape[0] * u) / H, mask.shape[1] * u / W, mask.shape[0] * u / H))
+                    mask_grid(ax, mask, title)
+                    x += mask.shape[1] * u + gap
+                x -= gap
+                fig.text((start + x) / 2 / W, (top - 0.12) / H, family, ha="center", va="center", fontsize=SIZE)
+                fig.add_artist(Line2D([start / W, x / W], [(top - 0.26) / H] * 2, color="0.5", lw=0.8))
+                x += between
+            top -= height + 0.2
+        x = left + 0.3
+        for color, text in [(MAY_ATTEND, "blue: may attend"), (HIDDEN, "white: hidden")]:
+            fig.add_artist(Rectangle((x / W, 0.12 / H), 0.2 / W, 0.2 / H, fc=color, ec="0.4", lw=0.8))
+            fig.text((x + 0.28) / W, 0.22 / H, text, ha="left", va="center", fontsize=SMALL)
+            x += 0.28 + _text_width(text, SMALL) + 0.4
+    return fig
 
 
 def heatmap_row(panels, ylabel, figsize=None):

@@ -165,6 +165,38 @@ def test_mask_grid_fills_the_allowed_pairs(ax):
         mask_grid(ax, mask.float(), "floats")
 
 
+def test_mask_grid_labels_its_grid_at_the_books_smallest_size(ax):
+    mask_grid(ax, causal_mask(3), "causal")
+    assert min(t.get_fontsize() for t in (ax.title, ax.xaxis.label, ax.yaxis.label)) >= diagrams.SMALL == 9
+
+
+def test_mask_style_paints_visible_keys_blue_and_hidden_keys_pale(ax):
+    """The chapter's colours, as masks_on_batch, mask_grid and the weights' Blues use them: blue where a query
+    may attend (a key whose score gets 0), pale where a key is hidden (-inf); each cell's label reads on it."""
+    from matplotlib.colors import to_rgba
+
+    hidden = causal_mask(3).float()
+    annotated_heatmap(ax, hidden, **diagrams.MASK_STYLE)
+    image = ax.images[0]
+    colors = {(t.get_text(), tuple(image.cmap(image.norm(v)))) for t, v in zip(ax.texts, hidden.flatten().tolist(), strict=True)}
+    assert {c for text, c in colors if text == "0"} == {to_rgba(PALETTE["blue"])}
+    assert all(diagrams._luminance(c) > 0.8 for text, c in colors if text != "0")
+    assert {(t.get_text(), t.get_color()) for t in ax.texts} == {("0", "white"), ("$-\\infty$", "black")}
+    assert {t.get_fontsize() for t in ax.texts} == {9}
+
+
+@pytest.mark.parametrize(("families", "message"), [
+    ({"causal": causal_mask(3)}, "must read 'family: panel', got 'causal'"),
+    ({"decoder-only: causal": causal_mask(3).float()}, "a mask must be a \\(queries, keys\\) bool tensor"),
+    ({}, "at least one"),
+])
+def test_transformer_block_names_what_it_cannot_draw(families, message):
+    before = plt.get_fignums()
+    with pytest.raises(ValueError, match=message):
+        diagrams.transformer_block(families)
+    assert plt.get_fignums() == before
+
+
 def test_block_diagram_draws_both_sublayers_on_the_residual_stream(ax):
     block_diagram(ax)
     texts = [t.get_text() for t in ax.texts]
