@@ -59,6 +59,31 @@ def test_peak_memories_measures_every_method_at_every_length():
         peak_memories({}, [16])
 
 
+def test_peak_memories_shows_its_progress_as_a_line_that_ends_as_it_began(monkeypatch, capsys):
+    """Issue 31: a tqdm bar on stderr left a pink band under the memory cell of 9.5 in a notebook. There the
+    progress is helpers.progress's display, which ends on its quiet line, the same on any machine; stdout and
+    stderr get nothing."""
+    import IPython.display
+
+    from helpers import progress as progress_module
+
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj)
+
+    def display(obj, display_id=False):
+        shown.append(obj)
+        return Handle()
+
+    monkeypatch.setattr(progress_module, "_in_notebook", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", display)
+    peak_memories({"naive": naive_attention}, [16, 32, 64], d=8)
+    assert repr(shown[0]) == repr(shown[-1]) == "peak memory (cpu): 3 steps"
+    assert capsys.readouterr() == ("", "")
+
+
 def test_peak_memory_nests():
     """Issue 23: called inside itself, the outer call returned 0 B. Each call measures its own span."""
     def inner():
