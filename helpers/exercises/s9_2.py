@@ -1,10 +1,24 @@
 """Section 9.2's checkers, in exercise order: 9.2.1 padding and causal masks combined, 9.2.2 how far back a
-layer sees, measured, 9.2.3 multi-query attention."""
+layer sees, measured, 9.2.3 multi-query attention, 9.2.4 padding on the left, 9.2.5 a lookup trained on padded
+batches (open: the outcome is measured).
+
+A hint names the mistake (and may point to the section's equation or figure), never the answer's formula or code."""
 
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises.judge import as_integer, call, cases, compare, compare_number, exercise, fresh, generator, pick
+from helpers.exercises.judge import (
+    Wrong,
+    as_integer,
+    call,
+    cases,
+    compare,
+    compare_number,
+    exercise,
+    fresh,
+    generator,
+    pick,
+)
 
 # 9.2.1: padding and causal masks combined -------------------------------------------------------------------
 
@@ -33,14 +47,15 @@ def _(answer):
         pad_late = torch.arange(T)[None, None, :] > torch.as_tensor(lengths)[:, None, None]
         compare(call(answer, torch.tensor(lengths), T, case=case), want, case, what="mask", mistakes=[
             (~want, "True should mark what a query may NOT see (as nn.MultiheadAttention): your mask is inverted."),
-            (off_by_one | pad_keys, "The diagonal is hidden: a query may attend to its own position "
-                                    "(j > i is hidden, not j >= i)."),
-            (causal | pad_queries, "You hid padding queries: pad the keys, j >= length, so the mask's last axis."),
-            (causal & pad_keys.expand(-1, T, -1), "Combine the masks with |: a key is hidden if it is in the future OR padding."),
-            (causal.expand(len(lengths), T, T), "The padding is missing: also hide keys j >= length."),
-            (causal | pad_late, "Off by one in the padding: the real keys are 0 .. length - 1, so hide j >= length."),
-            (~causal | pad_keys, "The causal part is reversed: hide the keys after the query (j > i), not those up to it."),
-        ], hint="Hide key j from query i where j > i or j >= the sequence's length.")
+            (off_by_one | pad_keys, "The diagonal is hidden: a query may attend to its own position."),
+            (causal | pad_queries, "You hid the padding queries (rows of the mask): the padding mask hides keys, "
+                                   "the columns, from every query."),
+            (causal & pad_keys.expand(-1, T, -1), "You hid only the keys that are both in the future and padding: a "
+                                                  "key is hidden if it is either."),
+            (causal.expand(len(lengths), T, T), "The padding is missing: the padding keys are visible."),
+            (causal | pad_late, "Off by one in the padding: the first padding key of each sequence is still visible."),
+            (~causal | pad_keys, "The causal part is reversed: it hides the past and the query itself, not the future."),
+        ], hint="No usual mistake fits: compare one sequence's (T, T) slice with the combined grid of Figure 9.2.3.")
 
 
 # 9.2.2: how far back a layer sees, measured with gradients --------------------------------------------------
@@ -153,8 +168,8 @@ def _(answer):
         case = f"case {k} of {len(kinds)} (a hidden layer, T = {T}, d = {d})"
         got = as_integer(call(answer, layer, T, d, case=case), case, "reach")
         compare_number(got, want, case, exact=True, what="reach", mistakes=mistakes,
-                       hint="x (1, T, d) with requires_grad; differentiate layer(x)[0, -1].sum(); the reach is T - 1 "
-                            "minus the first position whose gradient is not exactly zero.")
+                       hint="No usual mistake fits: measure on one layer you know first (the section's CausalConv with "
+                            "kernel 3 reaches 2 back), differentiating output T - 1 alone.")
 
 
 # 9.2.3: multi-query attention -------------------------------------------------------------------------------
@@ -191,17 +206,185 @@ def _(answer):
         want = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, d)
         mistakes = [
             (_mqa(x, Wq, Wk, Wv, H, causal=False), "Later tokens leak into earlier ones: add the causal mask."),
-            (_mqa(x, Wq, Wk, Wv, H, scale=d ** -0.5), "Scale by 1/sqrt(d_h), the width of one head, not 1/sqrt(d)."),
-            (_mqa(x, Wq, Wk, Wv, H, scale=1.0), "The scores are not scaled: divide them by sqrt(d_h), the width of one head."),
-            (_mqa(x, Wq, Wk, Wv, H, causal="diagonal"), "The mask hides the diagonal too, so the first token sees nothing (NaN): "
-                                                 "hide only the keys after the query, triu(..., diagonal=1)."),
-            (_mqa(x, Wq, Wk, Wv, H, split=False), "Split the queries into heads with view(B, T, H, d_h).transpose(1, 2), "
-                                                  "not view(B, H, T, d_h): that mixes tokens into heads."),
-            (_mqa(x, Wq, Wk, Wv, H, merge=False), "Put the heads back with transpose(1, 2) before the reshape to (B, T, d)."),
-            (_mqa(x, Wq, Wk, Wv, H, dim=-2), "The softmax runs over the keys, the last axis (dim=-1): each query's "
-                                             "weights sum to one, not each key's."),
-            (_mqa(x, Wq, Wk, Wv, H, causal="transposed"), "The mask is transposed: it hides the keys before each query. "
-                                                          "Hide those after it, j > i: triu(..., diagonal=1)."),
+            (_mqa(x, Wq, Wk, Wv, H, scale=d ** -0.5), "The scores are scaled by the model's width d, not by the width "
+                                                      "of one head, d_h."),
+            (_mqa(x, Wq, Wk, Wv, H, scale=1.0), "The scores are not scaled (the section's equation divides them by the "
+                                                "square root of a head's width)."),
+            (_mqa(x, Wq, Wk, Wv, H, causal="diagonal"), "The mask hides the diagonal too, so the first token sees "
+                                                        "nothing (NaN): a query may see its own key."),
+            (_mqa(x, Wq, Wk, Wv, H, split=False), "The queries were cut into heads in the wrong order, which mixes tokens "
+                                                  "into heads: each head takes a slice of every token's coordinates "
+                                                  "(Figure 9.2.4)."),
+            (_mqa(x, Wq, Wk, Wv, H, merge=False), "The heads' outputs were not put side by side: each token's output "
+                                                  "should hold its own row of every head (Figure 9.2.4)."),
+            (_mqa(x, Wq, Wk, Wv, H, dim=-2), "The softmax ran over the queries, so each key's weights sum to one "
+                                             "instead of each query's."),
+            (_mqa(x, Wq, Wk, Wv, H, causal="transposed"), "The mask is transposed: it hides the keys before each "
+                                                          "query, not after it."),
         ]
         compare(call(answer, x, Wq, Wk, Wv, H, case=case), want, case, mistakes=mistakes,
-                hint="Every head's queries attend to the same keys x Wk and values x Wv; d_h = d / heads.")
+                hint="Every head's queries should attend to the one shared key head and value head: check your "
+                     "shapes against Figure 9.2.4's, with one head of keys and values.")
+
+
+# 9.2.4: padding on the left ---------------------------------------------------------------------------------
+
+@exercise("9.2.4", "Your mask hides exactly the future and the padding keys at the start of each sequence, for every "
+                   "batch tried.")
+def _(answer):
+    r = fresh()
+    # As in 9.2.1: the first hidden case pads every sequence, so that T cannot be taken from the lengths.
+    hidden = []
+    for k in range(3):
+        T = r.integer(2, 8) if k == 0 else r.integer(1, 8)
+        hidden.append(([r.integer(1, T - 1 if k == 0 else T) for _ in range(r.integer(1, 4))], T))
+    for case, (n_real, T) in cases([([5, 3], 5), ([2, 4, 1], 4), ([3], 6)], hidden,
+                                   lambda n_real, T: f"n_real {n_real}, T = {T}"):
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        start = (T - torch.as_tensor(n_real))[:, None, None]              # (B, 1, 1): each sequence's first real token
+        causal, pad = j > i, j < start                                     # (T, T), (B, 1, T)
+        want = causal | pad
+        mistakes = [
+            (~want, "True should mark what a query may NOT see (as nn.MultiheadAttention): your mask is inverted."),
+            ((j >= i) | pad, "The diagonal is hidden: a query may attend to its own position."),
+            (causal | (j >= torch.as_tensor(n_real)[:, None, None]),
+             "That hides the keys after each sequence's real tokens, as for padding on the right: here the padding "
+             "comes first, before the real tokens."),
+            (causal | (i < start), "You hid the padding queries (rows of the mask): the padding mask hides keys, the "
+                                   "columns, from every query."),
+            (causal | (j <= start), "Off by one in the padding: the first real token is hidden too."),
+            (causal | (j < start - 1), "Off by one in the padding: the last padding key is still visible."),
+            (causal & pad, "You hid only the keys that are both in the future and padding: a key is hidden if it is "
+                           "either."),
+            (causal.expand(len(n_real), T, T), "The padding is missing: the padding keys are visible."),
+            (pad.expand(-1, T, -1), "The causal part is missing: every query sees the keys after it."),
+            ((j < i) | pad, "The causal part is reversed: it hides the past, not the future."),
+        ]
+        compare(call(answer, torch.tensor(n_real), T, case=case), want, case, what="mask", mistakes=mistakes,
+                hint="No usual mistake fits: draw one padded sequence's (T, T) mask by hand, the padding first, and "
+                     "compare.")
+
+
+# 9.2.5: a lookup trained on padded batches (open: the outcome is measured) -------------------------------------------
+
+LEVEL = 0.9     # held-out accuracy: the reference 0.995 or more in 197 checks of 200, 0.969 at worst; a model that sees
+                # the padding about 0.5; a guess 1 / values
+
+
+def lookups(N, keys, values, slots, generator):
+    """``N`` lookups, each a query and 1 .. ``slots`` (key, value) pairs, padded to ``slots`` pairs with leftovers.
+
+    Returns ``tokens (N, slots + 1)``, ``lengths (N,)`` (real tokens: the query and its pairs) and ``answers (N,)``.
+    A pair is one token, ``key * values + value``; the query for key ``q`` is the token ``keys * values + q``, so
+    the vocabulary has ``keys * values + keys`` tokens and there are ``values`` answers. An example's pairs have
+    distinct keys, one of them the query's, whose value is the answer. The padding holds leftover pairs, among them
+    (where there is room) a stale pair with the query's key and another value.
+    """
+    if not 1 <= slots <= keys:
+        raise ValueError(f"an example holds 1 to slots pairs of distinct keys, so slots must be 1 .. keys = {keys}, got {slots}")
+    g = generator
+    key = torch.rand(N, keys, generator=g).argsort(-1)[:, :slots]            # (N, slots) distinct keys
+    value = torch.randint(values, (N, slots), generator=g)
+    n = torch.randint(1, slots + 1, (N,), generator=g)                        # real pairs in each example
+    which = (torch.rand(N, generator=g) * n).long()                           # the pair that answers
+    query, answer = key.gather(1, which[:, None])[:, 0], value.gather(1, which[:, None])[:, 0]
+    leftover = torch.randint(keys * values, (N, slots), generator=g)
+    stale = query * values + (answer + torch.randint(1, values, (N,), generator=g)) % values
+    room = n + (torch.rand(N, generator=g) * (slots - n)).long()              # a padding slot, where there is one
+    leftover = leftover.scatter(1, room.clamp(max=slots - 1)[:, None], stale[:, None])
+    real = torch.arange(slots)[None, :] < n[:, None]
+    pairs = torch.where(real, key * values + value, leftover)
+    return torch.cat([(keys * values + query)[:, None], pairs], 1), n + 1, answer
+
+
+def _answers(model, tokens, lengths, case, what):
+    """The model's logits for a batch, checked: a float tensor (B, classes), finite."""
+    try:
+        with torch.no_grad():
+            out = model(tokens.clone(), lengths.clone())
+    except Exception as error:  # noqa: BLE001 (told to the reader as the error it is)
+        text = str(error).strip().splitlines()
+        raise Wrong(f"{case}: the model you returned raised {type(error).__name__} on {what} (tokens of shape "
+                    f"{tuple(tokens.shape)}): {text[0] if text else ''}") from None
+    if isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor):
+        raise Wrong(f"{case}: the model should return the logits alone, a tensor, got a {type(out).__name__}")
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        kind = f"a {out.dtype} tensor" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise Wrong(f"{case}: the model should return float logits, got {kind}")
+    return out.detach()
+
+
+def _same(a, b):
+    return a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=1e-4,
+                                                 atol=1e-5 * max(a.abs().max().item(), 1.0))
+
+
+@exercise("9.2.5", "Your model answers held-out lookups above the level, and its answers do not depend on what the "
+                   "padding holds or on how much of it there is.", time_limit=60)
+def _(answer):
+    threads = torch.get_num_threads()
+    try:
+        # One thread: a model this small gains nothing from more, and on a busy machine their waiting for each other
+        # multiplied the training time by ten; one thread also keeps the arithmetic the same whatever the machine has.
+        torch.set_num_threads(1)
+        _lookup(answer)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _lookup(answer):
+    r = fresh()
+    keys, values = r.choice([6, 7, 8]), r.choice([4, 5, 6])
+    slots = r.integer(5, keys)
+    vocab = keys * values + keys
+    case = (f"the check (drawn at random: {keys} keys, {values} values, 1 to {slots} pairs an example; "
+            f"vocab = {vocab}, classes = {values})")
+    draw = torch.Generator().manual_seed(r.integer(0, 2**31 - 1))
+    tokens, lengths, answers = lookups(2000, keys, values, slots, draw)
+    with torch.random.fork_rng():
+        torch.manual_seed(r.integer(0, 2**31 - 1))          # the answer's own draws (its initialization, its batches)
+        model = call(answer, tokens, lengths, answers, vocab, values, case=case)
+    if not callable(model):
+        raise Wrong(f"{case}: return the trained model (called as model(tokens, lengths), it gives logits), got "
+                    f"{type(model).__name__}")
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    x, n, y = lookups(1000, keys, values, slots, draw)                     # held out
+    logits = _answers(model, x, n, case, "held-out lookups")
+    if logits.shape != (1000, values):
+        raise Wrong(f"{case}: for tokens of shape {tuple(x.shape)} the logits should have shape {(1000, values)}, one "
+                    f"row of {values} per lookup, got {tuple(logits.shape)}")
+    if not logits.isfinite().all():
+        raise Wrong(f"{case}: the model's logits are not all finite: did training diverge (a learning rate too high), "
+                    "or does a row of the mask hide every key?")
+    # Padding may not matter: other leftovers, and more padding, give the same logits.
+    padded = torch.arange(x.shape[1])[None, :] >= n[:, None]
+    other = torch.where(padded, torch.randint(keys * values, x.shape, generator=draw), x)
+    if not _same(_answers(model, other, n, case, "the same lookups with other leftovers"), logits):
+        first = padded & (torch.arange(x.shape[1])[None, :] == n[:, None])   # each example's first padding slot
+        later = torch.where(padded & ~first, other, x)
+        if _same(_answers(model, later, n, case, "the same lookups with other leftovers"), logits):
+            raise Wrong(f"{case}: the answers changed when the first padding slot of each example changed: off by one, "
+                        "the model still sees it (lengths counts the query and its pairs, the real tokens).")
+        raise Wrong(f"{case}: the answers changed when only the padding changed: the model reads the leftovers, "
+                    "whose stale pairs can carry the query's key. Hide the padding keys from the attention (the "
+                    "positions from lengths on), and read the answer from real positions only.")
+    wider = torch.cat([x, torch.randint(keys * values, (1000, 3), generator=draw)], 1)
+    if not _same(_answers(model, wider, n, case, "the same lookups with 3 more padding slots"), logits):
+        raise Wrong(f"{case}: the answers changed when 3 more padding slots were added: the padded positions still "
+                    "count (a zeroed token still gets a score and a share of the weight). Hide them from the "
+                    "attention instead.")
+    right = logits.argmax(-1) == y
+    accuracy = right.double().mean().item()
+    if accuracy >= LEVEL:
+        return
+    shown = f"held-out accuracy {accuracy:.1%}, below the level {LEVEL:.0%}"
+    last = x.gather(1, (n - 1)[:, None])[:, 0] == (x[:, 0] - keys * values) * values + y    # answer in the last real slot
+    if last.any() and (~last).any() and right[last].double().mean() < 0.5 and right[~last].double().mean() >= LEVEL:
+        raise Wrong(f"{case}: {shown}: it fails where the answer is the last real pair, so the mask hides it: off by "
+                    "one (lengths counts the query and its pairs).")
+    if accuracy < 1 / values + 0.15:
+        raise Wrong(f"{case}: {shown}, about a guess among {values} values: the model has not learned. Does it train "
+                    "(a loss, backward, an optimizer step, in a loop), and is it the trained model you return?")
+    raise Wrong(f"{case}: {shown}: it has learned part of the lookup. Read the answer where the query attends "
+                "(its own output), and train longer or with another learning rate.")
