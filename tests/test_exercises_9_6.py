@@ -1,16 +1,33 @@
-"""Section 9.6's exercises: 9.6.1 patch embedding as a strided convolution, 9.6.2 a relative position
-bias inside a Swin window, 9.6.3 fine-tuning a ViT at a higher resolution.
+"""Section 9.6's exercises: 9.6.1 patch embedding with the channels last, 9.6.2 a relative position bias
+inside a Swin window, 9.6.3 fine-tuning a ViT at a higher resolution, 9.6.4 (in words) a ViT without
+positions, 9.6.5 training a ViT to find a square.
 
 Each checker accepts the notebook's reference solution and rejects the usual mistakes, each with its own
-hint (exercises_common.py says how; the shared layout is tested in test_exercises_layout.py).
+hint (exercises_common.py says how; the shared layout is tested in test_exercises_layout.py, and the student
+edition's here: solution cells tagged ``solution`` holding only the function and its check, every later use
+of an exercise's function under ``if solved(...)``).
 """
 
+import ast
+import contextlib
+import functools
+import io
+import re
+
+import jupytext
 import pytest
 import torch
 from exercises_common import (
+    CHECK,
+    NOTEBOOKS,
+    compile_cell,
     each_wrong_answer_is_rejected_with_its_own_message,
+    exercise_cells,
     ids,
+    new_exercises_accept_correct_answers_written_differently,
+    new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases,
     reference_solution_passes,
+    setup_cell,
     solutions,
     starters,
     students_right_answers_pass_and_wrong_ones_get_their_message,
@@ -18,13 +35,15 @@ from exercises_common import (
     wrong_answers_fail_on_every_fresh_draw,
 )
 
-from helpers.exercises import verdict
+from helpers.exercises import s9_6, verdict
 
 # Wrong answers and right ones unlike the reference ---------------------------------------------------------------
 
-def _patch_embed(img, W, b, P, channels_last=False, transposed=False, bias=True):
+def _patch_embed(img, W, b, P, channels_first=False, swapped=False, transposed=False, bias=True):
     C = img.shape[0]
-    kernel = W.view(-1, P, P, C).permute(0, 3, 1, 2) if channels_last else W.view(-1, C, P, P)
+    kernel = W.view(-1, C, P, P) if channels_first else W.view(-1, P, P, C).permute(0, 3, 1, 2)
+    if swapped:
+        kernel = kernel.transpose(2, 3)
     out = torch.nn.functional.conv2d(img[None], kernel, b if bias else None, stride=P)[0]   # (d, H/P, W/P)
     return (out.transpose(1, 2) if transposed else out).flatten(1).T
 
@@ -70,20 +89,21 @@ def _relative_loops(w):
 # Wrong answers: for each exercise, (the mistake, a piece of the hint that must name it).
 WRONG = {
     "9.6.1": [
-        (lambda img, W, b, P: _patch_embed(img, W, b, P, channels_last=True), "channel first"),
-        (lambda img, W, b, P: _patch_embed(img, W, b, P, transposed=True), "do not transpose it"),
-        (lambda img, W, b, P: _patch_embed(img, W, b, P, bias=False), "Add the bias"),
+        (lambda img, W, b, P: _patch_embed(img, W, b, P, channels_first=True), "reads each row of W channel first"),
+        (lambda img, W, b, P: _patch_embed(img, W, b, P, swapped=True), "rows and columns are swapped"),
+        (lambda img, W, b, P: _patch_embed(img, W, b, P, transposed=True), "yours go column by column"),
+        (lambda img, W, b, P: _patch_embed(img, W, b, P, bias=False), "The bias is missing"),
         (lambda img, W, b, P: _patch_embed(img, W, b, P).T, "one row per patch"),
     ],
     "9.6.2": [
-        (lambda w: _relative(w, shift=False), "cannot be negative"),
-        (lambda w: _relative(w, stride=w), "multiply by 2M - 1, not M"),
+        (lambda w: _relative(w, shift=False), "Some of your indices are negative"),
+        (lambda w: _relative(w, stride=w), "Different offsets share an entry"),
         (lambda w: _relative(w, key_minus_query=True), "the key's minus the query's"),
     ],
     "9.6.3": [
         (lambda pos, n_new: _resize(pos, n_new, channels_first_reshape=True), "mixes positions and features"),
         (lambda pos, n_new: _resize(pos, n_new, transpose=True), "The grid is transposed"),
-        (lambda pos, n_new: _resize(pos, n_new, keep_cls=False), "Keep the class token"),
+        (lambda pos, n_new: _resize(pos, n_new, keep_cls=False), "The class token's row is missing"),
     ],
 }
 
@@ -92,15 +112,18 @@ WRONG = {
 # reference. Each attempt is (answer, a piece of the message it must get); None marks a right answer.
 STUDENTS = {
     "9.6.1": [
-        (lambda img, W, b, P: torch.einsum("chpwq,dcpq->hwd", img.reshape(img.shape[0], img.shape[1] // P, P,
-                                                                          img.shape[2] // P, P), W.view(len(b), -1, P, P))
+        (lambda img, W, b, P: torch.einsum("chpwq,dpqc->hwd", img.reshape(img.shape[0], img.shape[1] // P, P,
+                                                                          img.shape[2] // P, P), W.view(len(b), P, P, -1))
          .flatten(0, 1) + b, None),                                                                   # einsum over patches
-        (lambda img, W, b, P: (torch.nn.functional.conv2d(img[None].float(), W.view(len(b), img.shape[0], P, P).float(),
-                                                          b.float(), stride=P)[0].flatten(1).T), None),   # float32
+        (lambda img, W, b, P: (torch.nn.functional.conv2d(
+            img[None].float(), W.float().view(len(b), P, P, img.shape[0]).permute(0, 3, 1, 2), b.float(), stride=P)[0]
+            .flatten(1).T), None),                                                                    # float32
+        (lambda img, W, b, P: (torch.nn.functional.unfold(img[None], P, stride=P)[0].T                 # unfold, then a product
+                               @ W.view(len(b), P, P, -1).permute(0, 3, 1, 2).reshape(len(b), -1).T + b), None),
         (lambda img, W, b, P: torch.nn.functional.conv2d(img[None], W.view(len(b), img.shape[0], P, P), b, stride=P)[0]
-         .flatten(1), "one row per patch"),
-        (lambda img, W, b, P: torch.nn.functional.conv2d(img[None], W.view(len(b), img.shape[0], P, P), b)[0].flatten(1).T,
-         "should have shape"),                                                                        # stride forgotten
+         .flatten(1).T, "reads each row of W channel first"),                                         # the section's order
+        (lambda img, W, b, P: torch.nn.functional.conv2d(img[None], W.view(len(b), P, P, -1).permute(0, 3, 1, 2), b)[0]
+         .flatten(1).T, "should have shape"),                                                         # stride forgotten
     ],
     "9.6.2": [
         (_relative_loops, None),
@@ -109,7 +132,7 @@ STUDENTS = {
         (lambda w: _relative_loops(w).int(), None),                                                   # int32 indexes too
         (lambda w: (lambda c: (c[:, None] - c[None] + w - 1) @ torch.tensor([2 * w - 1, 1]))(
             torch.stack(torch.meshgrid(torch.arange(w), torch.arange(w), indexing="xy")).flatten(1).T),
-         "Rows first"),
+         "rows and columns are swapped"),
         (lambda w: _relative_loops(w).tolist(), "should be a torch.Tensor, got list"),
         (lambda w: _relative_loops(w).to(torch.uint8), "should be integers (torch.long), got torch.uint8"),
     ],
@@ -131,11 +154,147 @@ STUDENTS = {
 }
 
 
+# 9.6.5: models trained, or not, to find the square. The section's ViT class comes from the notebook itself.
+
+@functools.cache
+def _notebook():
+    """The notebook's setup cell and the cell that defines ViT, run: their namespace."""
+    nb = jupytext.read(NOTEBOOKS["9.6"])
+    namespace = {}
+    exec(setup_cell(nb).source, namespace)
+    exec(next(c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith("class ViT")), namespace)
+    return namespace
+
+
+def _vit(P=4, heads=4, positions=True):
+    model = _notebook()["ViT"](image=16, P=P, d=32, heads=heads, layers=1, classes=4)
+    if positions:
+        torch.nn.init.normal_(model.pos, std=1.0)
+    else:                                                  # no positions: zero, and never trained
+        model.pos.data.zero_()
+        model.pos.requires_grad_(False)
+    return model
+
+
+def _fit(model, images, labels, steps, lr=3e-3, batch=32):
+    optimizer = torch.optim.Adam([w for w in model.parameters() if w.requires_grad], lr=lr)
+    for _ in range(steps):
+        i = torch.randint(len(images), (batch,))
+        loss = torch.nn.functional.cross_entropy(model(images[i]), labels[i])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+def _untrained(images, labels):
+    return _vit()
+
+
+def _no_positions(images, labels):
+    return _fit(_vit(positions=False), images, labels, 300)
+
+
+def _labels_shuffled(images, labels):
+    """A bug in the batches: the images drawn at one place, the labels at another."""
+    model = _vit()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(300):
+        i, j = torch.randint(len(images), (2, 32))
+        loss = torch.nn.functional.cross_entropy(model(images[i]), labels[j])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+def _no_step(images, labels):
+    """The optimizer's step forgotten: gradients computed, never applied."""
+    model = _vit()
+    for _ in range(50):
+        i = torch.randint(len(images), (32,))
+        torch.nn.functional.cross_entropy(model(images[i]), labels[i]).backward()
+    return model.eval()
+
+
+class _Lookup(torch.nn.Module):
+    """The training images learned by heart: the label of an image seen in training, and quadrant 0 for any other.
+    (The label of the nearest training image is no such mistake: on these images it is right on over 90% of new
+    ones, and passes.)"""
+
+    def __init__(self, images, labels):
+        super().__init__()
+        self.seen = {image.numpy().tobytes(): int(label) for image, label in zip(images, labels, strict=True)}
+
+    def forward(self, x):
+        found = torch.tensor([self.seen.get(image.numpy().tobytes(), 0) for image in x])
+        return torch.nn.functional.one_hot(found, 4).float()
+
+
+class _Classes(torch.nn.Module):
+    """A trained model whose forward returns the predicted quadrant, not the logits."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).argmax(-1)
+
+
+def _cnn(images, labels):
+    """Right, another way: no attention at all, a convolution and a linear map of its whole grid."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 4, stride=4), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(16 * 16, 4))
+    return _fit(model, images, labels, 300, lr=1e-2)
+
+
+def _vit_epochs(images, labels):
+    """Right, another way: the reference's ViT trained in epochs, each image once per epoch, in batches of 64."""
+    model = _notebook()["ViT"](image=16, P=8, d=32, heads=4, layers=1, classes=4)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(8):
+        for batch in torch.randperm(len(images)).split(64):
+            loss = torch.nn.functional.cross_entropy(model(images[batch]), labels[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return model.eval()
+
+
+# Wrong answers to the exercises added later: each tried several times, each must get its hint.
+NEW_WRONG = {
+    "9.6.5": [
+        (_untrained, "it has not learned"),
+        (_no_positions, "does not know where a patch is"),
+        (_labels_shuffled, "it has not learned"),
+        (_no_step, "it has not learned"),
+        (lambda images, labels: _Lookup(images, labels), "learned them by heart"),
+        (lambda images, labels: _Classes(_untrained(images, labels)), "to logits (1000, 4)"),
+        (lambda images, labels: float(torch.nn.functional.cross_entropy(_untrained(images, labels)(images), labels)),
+         "should return the trained model (an nn.Module), got float"),
+    ],
+}
+
+RIGHT = {"9.6.5": [_cnn, _vit_epochs]}
+
+
 # The tests every section runs (exercises_common.py) ---------------------------------------------------------------
 
-@pytest.mark.parametrize("case", solutions("9.6"), ids=ids)
+@pytest.mark.parametrize("case", [c for c in solutions("9.6") if c[1] != "9.6.5"], ids=ids)
 def test_reference_solution_passes(case, monkeypatch):
     reference_solution_passes(case, monkeypatch)
+
+
+def test_9_6_5_reference_solution_passes():
+    """Its reference trains the section's ViT, defined in the main text: run after that cell."""
+    (section, number, name, cell), = [c for c in solutions("9.6") if c[1] == "9.6.5"]
+    namespace, checked = dict(_notebook()), []
+    namespace["check"] = lambda number, answer: checked.append((number, answer))
+    exec(compile_cell(cell.source, "9.6.5-solution"), namespace)
+    assert [n for n, _ in checked] == ["9.6.5"]
+    ok, message = verdict("9.6.5", checked[0][1])
+    assert ok, message
 
 
 @pytest.mark.parametrize("case", starters("9.6"), ids=ids)
@@ -158,6 +317,16 @@ def test_wrong_answers_fail_on_every_fresh_draw(number):
     wrong_answers_fail_on_every_fresh_draw(number, WRONG[number])
 
 
+@pytest.mark.parametrize("number", sorted(NEW_WRONG))
+def test_new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number):
+    new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number, NEW_WRONG[number])
+
+
+@pytest.mark.parametrize("number", sorted(RIGHT))
+def test_new_exercises_accept_correct_answers_written_differently(number):
+    new_exercises_accept_correct_answers_written_differently(number, RIGHT[number])
+
+
 # This section's own tests -----------------------------------------------------------------------------------------
 
 def test_9_6_2_a_table_of_the_shown_windows_never_passes():
@@ -168,3 +337,110 @@ def test_9_6_2_a_table_of_the_shown_windows_never_passes():
         return table[M].clone() if M in table else torch.zeros(M * M, M * M, dtype=torch.long)
     assert not any(verdict("9.6.2", relative_index, seed=seed)[0] for seed in range(60))
     assert not any(verdict("9.6.2", relative_index)[0] for _ in range(20))
+
+
+def test_9_6_5_draws_what_the_exercise_says():
+    def drawn(draw, n=500):
+        """The images, their labels, and what they hold besides the noise (the noise drawn again, as drawn)."""
+        images, labels = draw(n, torch.Generator().manual_seed(0))
+        again = torch.Generator().manual_seed(0)
+        torch.randint(4 if draw is s9_6.quadrant_images else 2, (n,), generator=again)
+        noise = 0.2 * torch.randn(n, 3, 16, 16, generator=again)
+        return images, labels, (images - noise).abs().amax(1) > 1e-6                   # (n, 16, 16)
+    images, labels, shape = drawn(s9_6.quadrant_images)
+    for image, label in zip(shape, labels, strict=True):
+        rows, columns = image.nonzero(as_tuple=True)
+        assert len(rows) == 9 and rows.max() - rows.min() == 2 and columns.max() - columns.min() == 2
+        assert (rows.min() // 8, columns.min() // 8) == (rows.max() // 8, columns.max() // 8) == divmod(int(label), 2)
+    _, orientation, shape = drawn(s9_6.bar_images)
+    for image, label in zip(shape, orientation, strict=True):
+        rows, columns = image.nonzero(as_tuple=True)
+        assert len(rows) == 6 and len(set((columns if label else rows).tolist())) == 1
+    g = torch.Generator().manual_seed(2)
+    shuffled = s9_6.shuffle_patches(images, 4, g)
+    patches = lambda x: x.unfold(2, 4, 4).unfold(3, 4, 4).flatten(2, 3).transpose(1, 2).flatten(2)  # (n, 16, 48)
+    assert torch.equal(patches(shuffled).sort(1).values, patches(images).sort(1).values)          # the same patches
+    assert not torch.equal(shuffled, images)
+
+
+def test_9_6_5_a_position_free_vit_is_rolled_and_shuffled_alike():
+    """The argument of 9.6.4 and the checker's test for positions: a ViT without them gives the same logits for an
+    image rolled by 8 pixels, or with its patches shuffled."""
+    model = _vit(positions=False).eval()
+    images, _ = s9_6.quadrant_images(64, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = model(images)
+        for other in (images.roll((8, 0), dims=(2, 3)), s9_6.shuffle_patches(images, 4, torch.Generator())):
+            assert torch.allclose(model(other), logits, atol=1e-5)
+
+
+# The layout of the student edition (issue 32) ---------------------------------------------------------------------
+
+GUARD = re.compile(r"^solved\(['\"](9\.6\.\d+)['\"], (\w+)\)$")
+
+
+def _tags(cell):
+    return cell.metadata.get("tags", [])
+
+
+def _exercise_code_cells():
+    return [c for c in exercise_cells(jupytext.read(NOTEBOOKS["9.6"])) if c.cell_type == "code"]
+
+
+def _checked():
+    return [(*CHECK.search(c.source).groups(), c) for c in _exercise_code_cells() if CHECK.search(c.source)]
+
+
+def test_solution_cells_hold_only_the_function_and_its_check():
+    """What pasting into the starter would put there: imports, the one function, and the starter's check line."""
+    cells = _checked()
+    for (number, name, starter), (number_, name_, solution) in zip(cells[0::2], cells[1::2], strict=True):
+        assert (number, name) == (number_, name_)
+        assert "solution" in _tags(solution) and "solution" not in _tags(starter), (number, _tags(solution))
+        body = ast.parse(solution.source).body
+        kinds = [type(s).__name__ for s in body]
+        assert kinds[-1] == "Expr" and kinds.count("FunctionDef") == 1, (number, kinds)
+        assert all(k in ("Import", "ImportFrom", "FunctionDef") for k in kinds[:-1]), (number, kinds)
+        assert next(s.name for s in body if isinstance(s, ast.FunctionDef)) == name
+        assert solution.source.rstrip().splitlines()[-1] == starter.source.rstrip().splitlines()[-1] == \
+            f'check("{number}", {name})'
+
+
+def test_every_cell_that_uses_an_exercise_function_is_guarded():
+    """After its starter, an exercise's function is used only under `if solved("9.6.k", name):`."""
+    checked = _checked()
+    names = {name: number for number, name, _ in checked}
+    for cell in _exercise_code_cells():
+        if CHECK.search(cell.source):                     # a starter, or its solution
+            continue
+        for statement in ast.parse(cell.source).body:
+            used = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)} & set(names)
+            if not used:
+                continue
+            assert isinstance(statement, ast.If), f"unguarded use of {sorted(used)}: {ast.unparse(statement)[:120]}"
+            guard = GUARD.match(ast.unparse(statement.test))
+            assert guard and guard[2] in used and names[guard[2]] == guard[1], ast.unparse(statement.test)
+            assert not statement.orelse
+            inside = {n.id for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Name)} & set(names)
+            assert inside <= {guard[2]}, f"{guard[1]}'s experiment uses {sorted(inside - {guard[2]})} too"
+
+
+def test_the_student_edition_runs_clean():
+    """Solution cells and dropdowns deleted, from a restart: every check is not attempted, every experiment asks for
+    its function first, and nothing raises."""
+    nb = jupytext.read(NOTEBOOKS["9.6"])
+    namespace = {}
+    exec(setup_cell(nb).source, namespace)
+    for k, cell in enumerate(c for c in _exercise_code_cells() if "solution" not in _tags(c)):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile_cell(cell.source, f"9.6-student-{k}"), namespace)
+        printed, found = out.getvalue(), CHECK.search(cell.source)
+        if found:
+            assert printed.startswith(f"Exercise {found[1]}: not attempted yet."), printed
+        elif "solved(" in cell.source:
+            assert re.match(r"Exercise 9\.6\.\d+: complete the function above first", printed), printed
+    for cell in exercise_cells(nb):
+        if cell.cell_type == "markdown" and ":::{dropdown} Solution" in cell.source:
+            kept = re.sub(r":::\{dropdown\} Solution\n.*?\n:::", "", cell.source, flags=re.S)
+            assert "Solution" not in kept, kept[:200]

@@ -2,9 +2,15 @@
 slope.
 
 Each checker accepts the notebook's reference solution and rejects the usual mistakes, each with its own
-hint (exercises_common.py says how; the shared layout is tested in test_exercises_layout.py).
+hint (exercises_common.py says how). The appendices' layout is tested here: each starter is followed by its
+solution cell (tagged ``solution``, holding only the reference function and its check), and every later cell
+that uses an exercise's function runs it under ``if solved(...)``, so that the student edition (solutions
+deleted) runs clean.
 """
 
+import ast
+import contextlib
+import io
 import re
 
 import jupytext
@@ -12,6 +18,7 @@ import pytest
 import torch
 from exercises_common import (
     NOTEBOOKS,
+    compile_cell,
     exercise_cells,
     hidden,
     ids,
@@ -35,8 +42,27 @@ def _temperature(s, tau, factor=True, times=False, at_one=False, diagonal_only=F
 
 
 def _temperature_autograd(s, tau):
-    """Correct, another way: autograd itself, in float32."""
+    """Autograd itself, in float32: right in value, but the exercise asks for the derivation."""
     return torch.autograd.functional.jacobian(lambda z: torch.softmax(z / tau, 0), s.float())
+
+
+def _temperature_func(s, tau):
+    """torch.func's Jacobian: autograd again, by another door."""
+    return torch.func.jacrev(lambda z: torch.softmax(z / tau, 0))(s)
+
+
+def _temperature_forward(s, tau):
+    """Forward-mode differentiation, column by column: autograd too."""
+    return torch.func.jacfwd(lambda z: torch.softmax(z / tau, 0))(s)
+
+
+def _temperature_rows(s, tau):
+    """Correct, another way: each row from the derivative of p_i = exp(s_i / tau) / Z, in float32."""
+    s = s.float()
+    e = torch.exp((s - s.max()) / tau)
+    Z = e.sum()
+    rows = [(e[i] / Z) * ((torch.arange(len(s)) == i).float() - e / Z) / tau for i in range(len(s))]
+    return torch.stack(rows)
 
 
 def _temperature_einsum(s, tau):
@@ -47,7 +73,7 @@ def _temperature_einsum(s, tau):
 
 
 def _slope_autograd(q, k, v, m, d_out):
-    """Correct, another way: autograd on the forward pass, with the slope as a tensor."""
+    """Autograd on the forward pass, with the slope as a tensor: right in value, but not derived."""
     m = torch.tensor(float(m), dtype=q.dtype, requires_grad=True)
     T = q.shape[-2]
     dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
@@ -67,6 +93,19 @@ def _slope_loops(q, k, v, m, d_out):
         ds = p * (dp - p @ dp)
         total += float(-(ds * dist).sum())
     return total
+
+
+def _slope_centred(q, k, v, m, d_out):
+    """Correct, another way: D_i as the row sum of P * dP, and each row's distances shifted by their mean under P
+    (the invariance the exercise asks to show)."""
+    T = q.shape[-2]
+    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
+    S = (q @ k.T / q.shape[-1] ** 0.5 - m * dist).masked_fill(dist < 0, float("-inf"))
+    P = torch.softmax(S, -1)
+    dP = d_out @ v.T
+    dS = P * (dP - (P * dP).sum(-1, keepdim=True))
+    shifted = (dist - (P * dist.clamp(min=0)).sum(-1, keepdim=True)).masked_fill(dist < 0, 0.0)
+    return float(-(dS * shifted).sum())
 
 
 APPENDIX = NOTEBOOKS["9.A"]
@@ -100,23 +139,27 @@ def _run_appendix_cell(cell):
 # written differently from the reference.
 NEW_WRONG = {
     "9.A.1": [
-        (lambda s, tau: _temperature(s, tau, factor=False), "a factor 1 / tau"),
-        (lambda s, tau: _temperature(s, tau, times=True), "not tau"),
+        (lambda s, tau: _temperature(s, tau, factor=False), "chain rule through the division by tau is missing"),
+        (lambda s, tau: _temperature(s, tau, times=True), "upside down"),
         (lambda s, tau: _temperature(s, tau, at_one=True), "probabilities at this temperature"),
-        (lambda s, tau: _temperature(s, tau, diagonal_only=True), "off-diagonal terms"),
+        (lambda s, tau: _temperature(s, tau, diagonal_only=True), "entries off the diagonal are missing"),
+        (_temperature_autograd, "lets autograd compute the derivative"),
+        (_temperature_func, "lets autograd compute the derivative"),
+        (_temperature_forward, "lets autograd compute the derivative"),
     ],
     "9.A.2": [
-        (lambda q, k, v, m, d_out: slope(q, k, v, m, d_out, "plus"), "its derivative in m is -(i - j)"),
-        (lambda q, k, v, m, d_out: slope(q, k, v, m, d_out, "no_D"), "row term"),
-        (lambda q, k, v, m, d_out: slope(q, k, v, m, d_out, "dP"), "use dS, not dP"),
+        (lambda q, k, v, m, d_out: slope(q, k, v, m, d_out, "plus"), "The sign is flipped"),
+        (lambda q, k, v, m, d_out: slope(q, k, v, m, d_out, "no_D"), "lacks its row term"),
+        (lambda q, k, v, m, d_out: slope(q, k, v, m, d_out, "dP"), "go back through the softmax first"),
         (lambda q, k, v, m, d_out: torch.tensor([slope(q, k, v, m, d_out)]), "got a tensor of shape (1,)"),
+        (_slope_autograd, "lets autograd compute the derivative"),
     ],
 }
 
 
 RIGHT = {
-    "9.A.1": [_temperature_autograd, _temperature_einsum],
-    "9.A.2": [_slope_autograd, _slope_loops],
+    "9.A.1": [_temperature_einsum, _temperature_rows],
+    "9.A.2": [_slope_loops, _slope_centred],
 }
 
 
@@ -164,3 +207,81 @@ def test_appendix_has_two_or_three_exercises_laid_out_as_the_sections():
     pairs = [(number, hidden(cell)) for number, _, cell in _appendix_cells()]
     assert pairs[0::2] == [(n, False) for n, _ in pairs[0::2]] and pairs[1::2] == [(n, True) for n, _ in pairs[0::2]]
     assert {n for n in EXERCISES if n.startswith("9.A.")} == {n for n, _ in pairs}
+
+
+# The layout of the student edition (issue 32) ---------------------------------------------------------------------
+
+GUARD = re.compile(r"^solved\(['\"](9\.A\.\d+)['\"], (\w+)\)$")
+
+
+def _tags(cell):
+    return cell.metadata.get("tags", [])
+
+
+def _exercise_code_cells():
+    return [c for c in exercise_cells(jupytext.read(APPENDIX)) if c.cell_type == "code"]
+
+
+def test_solution_cells_hold_only_the_function_and_its_check():
+    """What pasting into the starter would put there: imports, the one function, and the starter's check line."""
+    cells = _appendix_cells()
+    for (number, name, starter), (number_, name_, solution) in zip(cells[0::2], cells[1::2], strict=True):
+        assert (number, name) == (number_, name_)
+        assert "solution" in _tags(solution) and "solution" not in _tags(starter), (number, _tags(solution))
+        body = ast.parse(solution.source).body
+        kinds = [type(s).__name__ for s in body]
+        assert kinds[-1] == "Expr" and kinds.count("FunctionDef") == 1, (number, kinds)
+        assert all(k in ("Import", "ImportFrom", "FunctionDef") for k in kinds[:-1]), (number, kinds)
+        assert next(s.name for s in body if isinstance(s, ast.FunctionDef)) == name
+        assert solution.source.rstrip().splitlines()[-1] == starter.source.rstrip().splitlines()[-1] == \
+            f'check("{number}", {name})'
+
+
+def test_every_cell_that_uses_an_exercise_function_is_guarded():
+    """After its starter, an exercise's function is used only under `if solved("9.A.k", name):`."""
+    names = {name: number for number, name, _ in _appendix_cells()}
+    checked = {id(c) for _, _, c in _appendix_cells()}
+    for cell in _exercise_code_cells():
+        if id(cell) in checked or cell.source in {c.source for _, _, c in _appendix_cells()}:
+            continue
+        for statement in ast.parse(cell.source).body:
+            used = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)} & set(names)
+            if not used:
+                continue
+            assert isinstance(statement, ast.If), f"unguarded use of {sorted(used)}: {ast.unparse(statement)[:120]}"
+            guard = GUARD.match(ast.unparse(statement.test))
+            assert guard and guard[2] in used and names[guard[2]] == guard[1], ast.unparse(statement.test)
+            assert not statement.orelse
+            inside = {n.id for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Name)} & set(names)
+            assert inside <= {guard[2]}, f"{guard[1]}'s experiment uses {sorted(inside - {guard[2]})} too"
+
+
+def _run_exercises(cells):
+    """The setup cell, then ``cells``: what each printed (an exception propagates)."""
+    nb = jupytext.read(APPENDIX)
+    namespace, printed = {}, []
+    try:
+        exec(next(c for c in nb.cells if c.cell_type == "code" and "remove-cell" not in _tags(c)).source, namespace)
+        for k, cell in enumerate(cells):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile_cell(cell.source, f"9.A-student-{k}"), namespace)
+            printed.append(out.getvalue())
+    finally:
+        torch.set_default_dtype(torch.float32)
+    return printed
+
+
+def test_the_student_edition_runs_clean():
+    """Solution cells and dropdowns deleted: every check is not attempted, every experiment asks for the function."""
+    cells = [c for c in _exercise_code_cells() if "solution" not in _tags(c)]
+    for cell, printed in zip(cells, _run_exercises(cells), strict=True):
+        found = CHECK_A.search(cell.source)
+        if found:
+            assert printed.startswith(f"Exercise {found[1]}: not attempted yet."), printed
+        else:
+            assert re.match(r"Exercise 9\.A\.\d+: complete the function above first", printed), printed
+    for cell in exercise_cells(jupytext.read(APPENDIX)):
+        if cell.cell_type == "markdown" and ":::{dropdown} Solution" in cell.source:
+            kept = re.sub(r":::\{dropdown\} Solution\n.*?\n:::", "", cell.source, flags=re.S)
+            assert "Solution" not in kept, kept[:200]

@@ -1,34 +1,53 @@
-"""Section 9.6's checkers, in exercise order: 9.6.1 patch embedding as a strided convolution, 9.6.2 a relative
-position bias inside a Swin window, 9.6.3 fine-tuning a ViT at a higher resolution."""
+"""Section 9.6's checkers, in exercise order: 9.6.1 patch embedding with the channels last, 9.6.2 a relative
+position bias inside a Swin window, 9.6.3 fine-tuning a ViT at a higher resolution, 9.6.5 a ViT that finds a square
+(9.6.4 is answered in words). The images of 9.6.4 and 9.6.5 are drawn here too (``quadrant_images``, ``bar_images``,
+``shuffle_patches``), so that the notebook's experiment and the check draw the same kind."""
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from helpers.exercises.judge import call, cases, compare, exercise, fresh
+from helpers.exercises.judge import Wrong, call, cases, compare, exercise, fresh, generator
 
-# 9.6.1: patch embedding as a strided convolution ------------------------------------------------------------
+# 9.6.1: patch embedding with the channels last ---------------------------------------------------------------
 
-@exercise("9.6.1", "Your tokens match the linear map of flattened patches, in the same raster order.")
+def _embedded(img, W_lin, b, order, columns=False):
+    """The linear map of ``img``'s patches, each flattened in ``order`` (its axes channel, row, column are 2, 3, 4:
+    channels last is (3, 4, 2)), in raster order or, with ``columns``, column by column."""
+    C, H, W = img.shape
+    P = int(round((W_lin.shape[1] / C) ** 0.5))
+    grid = img.unfold(1, P, P).unfold(2, P, P)                             # (C, H/P, W/P, P, P)
+    cells = grid.permute(2, 1, 0, 3, 4) if columns else grid.permute(1, 2, 0, 3, 4)
+    return cells.permute(0, 1, *order).reshape(-1, C * P * P) @ W_lin.T + b
+
+
+@exercise("9.6.1", "Your tokens match the linear map of patches flattened with the channels last, in raster order.")
 def _(answer):
     r = fresh()
     hidden = []
     for _ in range(2):
         P = r.integer(1, 4)
         hidden.append((r.integer(1, 3), P * r.integer(1, 4), P * r.integer(1, 4), P, r.integer(1, 6)))
-    for case, (C, H, W, P, d) in cases([(3, 8, 8, 4, 5), (1, 6, 9, 3, 4), (2, 4, 8, 2, 6)], hidden,
+    # The shown cases have several channels, patches of several pixels and a grid that is not square, so that reading
+    # W channel first, swapping a patch's rows and columns, or transposing the grid fails on every check.
+    for case, (C, H, W, P, d) in cases([(3, 8, 8, 4, 5), (2, 6, 9, 3, 4), (3, 4, 8, 2, 6)], hidden,
                                        lambda C, H, W, P, d: f"image {(C, H, W)}, patches {P} x {P}, d = {d}"):
-        img, W_lin, b = r.randn(C, H, W), r.randn(d, C * P * P), r.randn(d)
-        grid = img.unfold(1, P, P).unfold(2, P, P)                     # (C, H/P, W/P, P, P)
-        flat = grid.permute(1, 2, 0, 3, 4).reshape(-1, C * P * P)       # raster order, each patch as (C, P, P)
-        want = flat @ W_lin.T + b
-        channels_last = grid.permute(1, 2, 3, 4, 0).reshape(-1, C * P * P) @ W_lin.T + b
-        columns = grid.permute(2, 1, 0, 3, 4).reshape(-1, C * P * P) @ W_lin.T + b
+        img, W_lin, b = r.randn(C, H, W), r.randn(d, P * P * C), r.randn(d)
+
+        def tokens(order, columns=False, img=img, W_lin=W_lin, b=b):
+            return _embedded(img, W_lin, b, order, columns)
+
+        want = tokens((3, 4, 2))                                         # row, column, channel: channels last
         compare(call(answer, img, W_lin, b, P, case=case), want, case, what="tokens", mistakes=[
-            (want.T, "Return one row per patch, (number of patches, d): transpose the (d, patches) output."),
-            (channels_last, "Reshape the weight to (d, C, P, P): a patch flattens channel first, as in the helpers' patches."),
-            (columns, "The patches go in raster order, row by row: flatten the (H/P, W/P) grid, do not transpose it."),
-            (want - b, "Add the bias."),
-        ], hint="nn.functional.conv2d(img[None], W_lin.view(d, C, P, P), b, stride=P), then flatten the grid into rows.")
+            (want.T, "Return one row per patch, (number of patches, d): yours has one column per patch."),
+            (tokens((2, 3, 4)), "Your kernel reads each row of W channel first, but W lists a patch pixel by pixel "
+                                "with the channels last: the axes of your kernel are in the wrong order."),
+            (tokens((4, 3, 2)), "Within each patch your rows and columns are swapped: W runs along a patch's rows "
+                                "first, then its columns."),
+            (tokens((3, 4, 2), columns=True), "The patches go in raster order, row by row: yours go column by column."),
+            (want - b, "The bias is missing."),
+        ], hint="Compare the order in which a row of W lists a patch's numbers with the order of the axes of a "
+                "convolution's kernel, (d, C, P, P).")
 
 
 # 9.6.2: a relative position bias inside a Swin window -------------------------------------------------------
@@ -44,12 +63,15 @@ def _(answer):
         dy, dx = y[:, None] - y[None, :], x[:, None] - x[None, :]          # query minus key
         want = (dy + M - 1) * (2 * M - 1) + (dx + M - 1)
         compare(call(answer, M, case=case), want, case, what="index", mistakes=[
-            (dy * (2 * M - 1) + dx, "Shift the offsets by M - 1 so that they start at 0: an index cannot be negative."),
-            ((dy + M - 1) * M + (dx + M - 1), "Each row offset has 2M - 1 column offsets: multiply by 2M - 1, not M, "
-                                                "or different offsets share an entry."),
+            (dy * (2 * M - 1) + dx, "Some of your indices are negative: the offsets start at -(M - 1), but the table's "
+                                    "entries start at 0."),
+            ((dy + M - 1) * M + (dx + M - 1), "Different offsets share an entry: one row offset of the table holds more "
+                                               "column offsets than your index steps over."),
             (want.T, "Offsets are the query's position minus the key's: yours are the key's minus the query's."),
-            ((dx + M - 1) * (2 * M - 1) + (dy + M - 1), "Rows first: the index is (dy + M - 1)(2M - 1) + (dx + M - 1)."),
-        ], hint="index[a, b] = (dy + M - 1)(2M - 1) + (dx + M - 1), dy and dx query minus key.")
+            ((dx + M - 1) * (2 * M - 1) + (dy + M - 1), "Your rows and columns are swapped: the table lists the offsets "
+                                                         "with the row offset first."),
+        ], hint="Work one pair out by hand: two tokens of the window, their rows and columns, their offset, and where "
+                "the table lists that offset (entry 0 is the offset (-(M - 1), -(M - 1))).")
 
 
 # 9.6.3: fine-tuning a ViT at a higher resolution ------------------------------------------------------------
@@ -73,11 +95,132 @@ def _(answer):
         want = torch.cat([pos[:1], resize(grid)])
         compare(call(answer, pos, n_new, case=case), want, case, what="table", mistakes=[
             (torch.cat([pos[:1], resize(pos[1:].reshape(d, n, n))]),
-             "Reshape to (n, n, d) and then move d first: reshape(d, n, n) mixes positions and features."),
+             "Your grid mixes positions and features: each row of the table is one position's d features, and a "
+             "reshape straight to (d, n, n) scrambles them."),
             (torch.cat([pos[:1], resize(grid.transpose(1, 2))]),
              "The grid is transposed: the first spatial axis is the row, in raster order."),
-            (resize(grid), "Keep the class token: row 0 of the table, unchanged, before the grid."),
+            (resize(grid), "The class token's row is missing: keep the table's row 0 before the grid."),
             (resize(pos[:n * n].reshape(n, n, d).permute(2, 0, 1)),
-             "Row 0 is the class token, not a patch: interpolate rows 1 .. n^2 only."),
-        ], hint="Row 0 is the class token, kept as it is; rows 1.. are an n x n grid in raster order, interpolated "
-                "bilinearly (align_corners=False) to n_new x n_new.")
+             "Your grid starts at row 0, the class token's, which is no patch: the grid is rows 1 .. n^2."),
+        ], hint="Compare with what the exercise asks: row 0 unchanged; the grid's rows and columns back in raster "
+                "order; bilinear interpolation with align_corners=False.")
+
+
+# 9.6.4 and 9.6.5: the images --------------------------------------------------------------------------------
+
+SIDE = 16                  # pixels a side; the quadrants are 8 x 8, whole 4 x 4 or 8 x 8 patches
+
+
+def quadrant_images(n, generator):
+    """``n`` images ``(n, 3, 16, 16)`` of noise with a 3 x 3 square of one random colour inside one quadrant, and
+    the quadrants ``(n,)``: 0 top left, 1 top right, 2 bottom left, 3 bottom right. The square's place within its
+    quadrant is drawn the same way in each, so only where the quadrant is tells them apart."""
+    labels = torch.randint(4, (n,), generator=generator)
+    images = 0.2 * torch.randn(n, 3, SIDE, SIDE, generator=generator)
+    colour = 0.5 + 0.5 * torch.rand(n, 3, generator=generator)
+    corner = torch.randint(8 - 3 + 1, (n, 2), generator=generator)        # the square's top left within its quadrant
+    top, left = 8 * torch.div(labels, 2, rounding_mode="floor") + corner[:, 0], 8 * (labels % 2) + corner[:, 1]
+    pixels = torch.arange(SIDE)
+    rows = (pixels >= top[:, None]) & (pixels < top[:, None] + 3)                  # (n, 16)
+    columns = (pixels >= left[:, None]) & (pixels < left[:, None] + 3)
+    square = (rows[:, :, None] & columns[:, None, :]).float()                       # (n, 16, 16)
+    return images + colour[:, :, None, None] * square[:, None], labels
+
+
+def bar_images(n, generator):
+    """``n`` images ``(n, 3, 16, 16)`` of noise with a bar 6 pixels long and 1 wide, of one random colour, anywhere,
+    and its orientation ``(n,)``: 0 horizontal, 1 vertical."""
+    labels = torch.randint(2, (n,), generator=generator)
+    images = 0.2 * torch.randn(n, 3, SIDE, SIDE, generator=generator)
+    colour = 0.5 + 0.5 * torch.rand(n, 3, generator=generator)
+    start = torch.randint(SIDE - 6 + 1, (n,), generator=generator)                 # along the bar
+    line = torch.randint(SIDE, (n,), generator=generator)                          # across it
+    pixels = torch.arange(SIDE)
+    along = (pixels >= start[:, None]) & (pixels < start[:, None] + 6)             # (n, 16)
+    across = pixels == line[:, None]
+    bar = torch.where(labels[:, None, None].bool(), along[:, :, None] & across[:, None, :],
+                      across[:, :, None] & along[:, None, :]).float()              # (n, 16, 16): row, column
+    return images + colour[:, :, None, None] * bar[:, None], labels
+
+
+def shuffle_patches(images, P, generator):
+    """``images (n, C, H, W)`` with their ``P x P`` patches in a random order, each image in its own."""
+    n, C, H, W = images.shape
+    h, w = H // P, W // P
+    patches = images.reshape(n, C, h, P, w, P).permute(0, 2, 4, 1, 3, 5).reshape(n, h * w, C, P, P)
+    order = torch.rand(n, h * w, generator=generator).argsort(1)
+    patches = patches[torch.arange(n)[:, None], order]                              # (n, h * w, C, P, P)
+    return patches.reshape(n, h, w, C, P, P).permute(0, 3, 1, 4, 2, 5).reshape(n, C, H, W)
+
+
+# 9.6.5: a ViT that finds the square --------------------------------------------------------------------------
+
+TRAIN, HELD_OUT, NEEDED = 2048, 1000, 0.9     # images to train on, new images to measure on, the accuracy to reach
+
+
+def _logits(model, images, case, name, what):
+    """The model's logits for ``images``, ``(len(images), 4)``, or Wrong saying why not."""
+    try:
+        with torch.no_grad():
+            out = model(images)
+    except Exception as error:  # noqa: BLE001 (the reader's model: told as the error it raised)
+        raise Wrong(f"{case}: the model {name} returned raised {type(error).__name__} on {what} "
+                    f"{tuple(images.shape)}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}") from None
+    if not isinstance(out, torch.Tensor) or out.shape != (len(images), 4) or not out.is_floating_point():
+        got = f"shape {tuple(out.shape)}, {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise Wrong(f"{case}: the model {name} returned should map {what} {tuple(images.shape)} to logits "
+                    f"({len(images)}, 4), one per quadrant, got {got}.")
+    return out.float()
+
+
+def _accuracy(logits, labels):
+    return (logits.argmax(-1) == labels).float().mean().item()
+
+
+@exercise("9.6.5", f"Your model, trained on {TRAIN:,} images, finds the square's quadrant in at least {NEEDED:.0%} of "
+                   f"{HELD_OUT:,} new ones.", time_limit=60)
+def _(answer):
+    r = fresh()
+    g = generator()
+    case = f"{TRAIN:,} training images, {HELD_OUT:,} new ones"
+    images, labels = quadrant_images(TRAIN, g)
+    new, new_labels = quadrant_images(HELD_OUT, g)
+    # The reader's draws (initialization, batches) seeded by the check, on one thread: a model this small trains
+    # fastest there, its training is then the same whatever the machine's thread count, and on a busy machine two
+    # threads can wait on each other for most of the check's time.
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(r.integer(0, 2 ** 31 - 1))
+            model = call(answer, images, labels, case=case)
+    finally:
+        torch.set_num_threads(threads)
+    name = getattr(answer, "__name__", "your function")
+    if not isinstance(model, nn.Module):
+        raise Wrong(f"{case}: {name} should return the trained model (an nn.Module), got {type(model).__name__}.")
+    model.eval()
+    logits = _logits(model, new, case, name, "new images")
+    accuracy = _accuracy(logits, new_labels)
+    if accuracy >= NEEDED:
+        return
+    told = f"{case}: the model is right on {accuracy:.0%} of the new images, where {NEEDED:.0%} is needed."
+    # Rolling an image by 8 pixels moves the square to another quadrant and only reorders its patches (of 1, 2, 4 or 8
+    # pixels): a model whose logits change from image to image but not under any roll cannot know where a patch is.
+    rolled = [_logits(model, new.roll(shift, dims=(2, 3)), case, name, "new images") for shift in ((8, 0), (0, 8), (8, 8))]
+    scale = 1e-4 * (1 + logits.abs().max().item())
+    varies = (logits - logits[:1]).abs().max().item() > scale
+    if varies and all((x - logits).abs().max().item() <= scale for x in rolled):
+        raise Wrong(f"{told} It gives the same logits when the square moves to another quadrant and the patches only "
+                    "change places: your model does not know where a patch is (are its position embeddings missing, "
+                    "or zero and never trained?).")
+    seen = _accuracy(_logits(model, images[:HELD_OUT], case, name, "training images"), labels[:HELD_OUT])
+    if seen < 0.4:
+        raise Wrong(f"{told} It is at chance on its own training images too ({seen:.0%}): it has not learned. Does "
+                    "the training take optimizer steps on the loss's gradients, with the right labels, and enough "
+                    "of them?")
+    if seen >= accuracy + 0.2:
+        raise Wrong(f"{told} It is right on {seen:.0%} of its training images: it learned them by heart rather "
+                    "than the task.")
+    raise Wrong(f"{told} It has learned part of the task ({seen:.0%} of its training images): train it longer, or "
+                "with a larger learning rate.")

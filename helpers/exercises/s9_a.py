@@ -1,14 +1,27 @@
 """The appendices' checkers, in exercise order: 9.A.1 the Jacobian at a temperature, 9.A.2 the gradient of a
-learned ALiBi slope."""
+learned ALiBi slope.
+
+Both exercises ask for a derivation, so their checks refuse an answer that lets autograd compute the derivative
+(``torch.autograd.grad``, which ``torch.autograd.functional.jacobian`` and ``torch.func`` call, ``backward``, or the
+dual numbers of forward-mode differentiation), and
+their hints name the mistake without giving the derivative's formula."""
 
 import torch
 
 from helpers.exercises.judge import Watch, call, compare, compare_number, exercise, generator, pick
 
+_AUTOGRAD = (torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward, torch._make_dual)
+_BY_HAND = ("lets autograd compute the derivative: the exercise asks for your derivation, so compute the result "
+            "from it with ordinary tensor operations (the check compares it with autograd).")
+
+
+def _autograd(func, args, kwargs):
+    return func in _AUTOGRAD
+
+
 # 9.A.1: the Jacobian of a softmax with a temperature --------------------------------------------------------
 
-@exercise("9.A.1", "Your Jacobian equals autograd's for every temperature and length tried: (diag(p) - p p^T) / tau "
-                   "with p = softmax(s / tau).")
+@exercise("9.A.1", "Your Jacobian equals autograd's for every temperature and length tried.")
 def _(answer):
     g = generator()
     for k in range(1, 4):
@@ -17,13 +30,17 @@ def _(answer):
         s = tau * torch.randn(n, generator=g, dtype=torch.float64)     # s / tau of unit scale: no saturated entries
         want = torch.autograd.functional.jacobian(lambda z, tau=tau: torch.softmax(z / tau, 0), s)
         p, p1 = torch.softmax(s / tau, 0), torch.softmax(s, 0)
-        got = call(answer, s, tau, case=case)
+        got = call(answer, s, tau, case=case, watch=Watch(_autograd, _BY_HAND))
         compare(got, want, case, what="Jacobian", atol=1e-6, rtol=1e-4, mistakes=[
-            (torch.diag(p) - torch.outer(p, p), "The chain rule through s / tau gives a factor 1 / tau."),
-            ((torch.diag(p) - torch.outer(p, p)) * tau, "The factor is 1 / tau, not tau."),
-            ((torch.diag(p1) - torch.outer(p1, p1)) / tau, "Use p = softmax(s / tau), the probabilities at this temperature."),
-            (torch.diag(p) / tau, "The off-diagonal terms -p_i p_j / tau are missing."),
-        ], hint="J_ij = (p_i delta_ij - p_i p_j) / tau with p = softmax(s / tau).")
+            (torch.diag(p) - torch.outer(p, p), "This is the Jacobian with respect to s / tau, not s: the chain rule "
+                                                "through the division by tau is missing."),
+            ((torch.diag(p) - torch.outer(p, p)) * tau, "The chain rule's factor is upside down: dividing the scores by "
+                                                        "tau scales their derivative the other way."),
+            ((torch.diag(p1) - torch.outer(p1, p1)) / tau, "Your probabilities are those at temperature 1: the Jacobian "
+                                                          "needs the probabilities at this temperature."),
+            (torch.diag(p) / tau, "Only the diagonal is right: the entries off the diagonal are missing (raising one "
+                                  "score takes weight from the others)."),
+        ], hint="Start from Appendix A's Jacobian: at which scores is it taken here, and what does the chain rule add?")
 
 
 # 9.A.2: the gradient of a learned ALiBi slope, from the backward pass of Appendix C -------------------------
@@ -50,8 +67,7 @@ def _slope_grad(q, k, v, m, d_out, variant=None):
     return -(ds * dist.clamp(min=0)).sum()
 
 
-@exercise("9.A.2", "Your slope gradient equals autograd's in every case. Derived, it is dL/dm = -sum_ij dS_ij (i - j), "
-                   "with dS from the softmax backward of Appendix C.")
+@exercise("9.A.2", "Your slope gradient equals autograd's in every case.")
 def _(answer):
     g = generator()
     for k in range(1, 4):
@@ -61,12 +77,12 @@ def _(answer):
         slope = torch.tensor(m, dtype=torch.float64, requires_grad=True)
         (_slope_forward(q, k_, v, slope) * d_out).sum().backward()
         want = slope.grad.item()
-        got = call(answer, q, k_, v, m, d_out, case=case, watch=Watch())
+        got = call(answer, q, k_, v, m, d_out, case=case, watch=Watch(_autograd, _BY_HAND))
         compare_number(got, want, case, what="gradient", mistakes=[
-            (_slope_grad(q, k_, v, m, d_out, "plus").item(), "The bias is -m (i - j): its derivative in m is -(i - j)."),
-            (_slope_grad(q, k_, v, m, d_out, "no_D").item(), "dS_ij = P_ij (dP_ij - D_i): the row term "
-                                                             "D_i = sum_k P_ik dP_ik is missing."),
-            (_slope_grad(q, k_, v, m, d_out, "dp").item(), "Go through the softmax: the bias enters the scores S, so "
-                                                           "use dS, not dP."),
-        ], hint="dP = dO V^T, dS = P * (dP - rowsum(P * dP)), and dL/dm = sum_ij dS_ij * d S_ij / d m = "
-                "-sum_ij dS_ij (i - j) over the visible pairs.")
+            (_slope_grad(q, k_, v, m, d_out, "plus").item(), "The sign is flipped: the scores fall as the slope m "
+                                                             "grows, so each score's derivative in m is negative."),
+            (_slope_grad(q, k_, v, m, d_out, "no_D").item(), "The softmax's backward lacks its row term (Appendix C's "
+                                                             "D_i): without it the rows of dS do not sum to zero."),
+            (_slope_grad(q, k_, v, m, d_out, "dp").item(), "This sums the gradient of the weights, dP: the slope "
+                                                           "enters the scores S, so go back through the softmax first."),
+        ], hint="Follow Appendix C's backward pass from dO to the scores, then ask how each visible score changes with m.")
