@@ -1,17 +1,30 @@
 """Section 9.3's exercises: 9.3.1 how much content overrides ALiBi's penalty, 9.3.2 ALiBi beyond its
-trained length, 9.3.3 stretching RoPE's context.
+trained length, 9.3.3 stretching RoPE's context, 9.3.4 (in words) the sinusoidal encoding beyond its trained
+length, 9.3.5 training a model that needs positions.
 
 Each checker accepts the notebook's reference solution and rejects the usual mistakes, each with its own
-hint (exercises_common.py says how; the shared layout is tested in test_exercises_layout.py).
+hint (exercises_common.py says how; the shared layout is tested in test_exercises_layout.py, and the student
+edition's here: solution cells tagged ``solution`` holding only the function and its check, every later use
+of an exercise's function under ``if solved(...)``).
 """
 
+import ast
+import contextlib
+import functools
+import io
 import math
+import re
 
+import jupytext
 import pytest
 import torch
 from exercises_common import (
+    CHECK,
+    NOTEBOOKS,
     advantage,
+    compile_cell,
     each_wrong_answer_is_rejected_with_its_own_message,
+    exercise_cells,
     fails_on_every_seed,
     harvester,
     ids,
@@ -19,6 +32,7 @@ from exercises_common import (
     new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases,
     reference_solution_passes,
     rope,
+    setup_cell,
     solutions,
     starters,
     students_right_answers_pass_and_wrong_ones_get_their_message,
@@ -27,6 +41,8 @@ from exercises_common import (
 )
 
 from helpers.exercises import s9_3, verdict
+from helpers.positions import rope as rotate
+from helpers.positions import sinusoidal
 
 # Wrong answers and right ones unlike the reference ---------------------------------------------------------------
 
@@ -69,18 +85,163 @@ def _advantage_closed(m, T, delta):
     return float(m * delta + np.log(total - np.exp(-m * delta)))
 
 
+# 9.3.5: models trained, or not, to tell which of two tokens comes first. Each builds on the reference's model (an
+# embedding, positions, one attention layer, an MLP, the mean over positions, a linear read-out), changed one way.
+
+class _Order(torch.nn.Module):
+    def __init__(self, T, table="sinusoidal", attention="mha", mlp=True, causal=False, d=32):
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, d)
+        self.kind, self.causal = attention, causal
+        self.table = table
+        if table == "sinusoidal":
+            self.register_buffer("pos", sinusoidal(T, d, dtype=torch.float32))
+        elif table == "learned":
+            self.pos = torch.nn.Parameter(0.5 * torch.randn(T, d))
+        else:
+            self.register_buffer("pos", torch.zeros(T, d))
+        if attention == "mha":
+            self.attn = torch.nn.MultiheadAttention(d, 2, batch_first=True)
+        elif attention == "rope":
+            self.qkv = torch.nn.Linear(d, 3 * d)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.ReLU(), torch.nn.Linear(2 * d, d)) if mlp else None
+        self.out = torch.nn.Linear(d, 2)
+
+    def forward(self, x):
+        T = x.shape[1]
+        h = self.embed(x) + self.pos
+        hidden = torch.ones(T, T, dtype=torch.bool).triu(1) if self.causal else None
+        if self.kind == "mha":
+            h = h + self.attn(h, h, h, attn_mask=hidden, need_weights=False)[0]
+        elif self.kind == "rope":                     # one head, RoPE on its queries and keys
+            q, k, v = self.qkv(h).chunk(3, dim=-1)
+            q, k = rotate(q), rotate(k)
+            h = h + torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        if self.mlp is not None:
+            h = h + self.mlp(h)
+        return self.out(h.mean(dim=1))
+
+
+def _fit_order(model, tokens, labels, steps=200, lr=1e-2, step=True, zero_between=False):
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(steps):
+        i = torch.randint(len(tokens), (128,))
+        loss = torch.nn.functional.cross_entropy(model(tokens[i]), labels[i])
+        optimizer.zero_grad()
+        loss.backward()
+        if zero_between:                              # the gradients cleared before the step uses them
+            optimizer.zero_grad()
+        if step:
+            optimizer.step()
+    return model
+
+
+def _order(tokens, labels, positions=True, steps=200, **kwargs):
+    """The reference's model: sinusoidal positions (none with positions=False), trained."""
+    T = tokens.shape[1]
+    return _fit_order(_Order(T, "sinusoidal" if positions else "none", **kwargs), tokens, labels, steps)
+
+
+def _order_learned(tokens, labels, positions=True):
+    """Right, another way: a learned table of positions."""
+    return _fit_order(_Order(tokens.shape[1], "learned" if positions else "none"), tokens, labels)
+
+
+def _order_causal(tokens, labels, positions=True):
+    """Right, another way: no encoding at all, the positions from a causal mask (none with positions=False)."""
+    return _fit_order(_Order(tokens.shape[1], "none", causal=positions), tokens, labels)
+
+
+def _order_rope(tokens, labels, positions=True):
+    """Right, another way: RoPE on the queries and keys of a hand-written head (no rotation with positions=False)."""
+    return _fit_order(_OrderRope(tokens.shape[1], positions), tokens, labels)
+
+
+class _OrderRope(_Order):
+    def __init__(self, T, positions):
+        super().__init__(T, "none", attention="rope")
+        self.rotary = positions
+
+    def forward(self, x):
+        h = self.embed(x)
+        q, k, v = self.qkv(h).chunk(3, dim=-1)
+        if self.rotary:
+            q, k = rotate(q), rotate(k)
+        h = h + torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.out((h + self.mlp(h)).mean(dim=1))
+
+
+class _Memory(torch.nn.Module):
+    """The training sequences learned by heart: the label of each one seen, 0 for a new one."""
+
+    def __init__(self, tokens, labels):
+        super().__init__()
+        self.table = {tuple(t): int(y) for t, y in zip(tokens.tolist(), labels.tolist(), strict=True)}
+
+    def forward(self, x):
+        found = torch.tensor([self.table.get(tuple(t), 0) for t in x.tolist()])
+        return torch.nn.functional.one_hot(found, 2).float()
+
+
+class _Peek(torch.nn.Module):
+    """The training labels, read back in order, whatever the input."""
+
+    def __init__(self, labels):
+        super().__init__()
+        self.register_buffer("labels", labels)
+
+    def forward(self, x):
+        return torch.nn.functional.one_hot(self.labels[: len(x)], 2).float()
+
+
+class _Rule(torch.nn.Module):
+    """No training: the rule written for the notebook's tokens A = 1 and B = 2."""
+
+    def forward(self, x):
+        first = (x == 1).float().argmax(1) < (x == 2).float().argmax(1)
+        return torch.nn.functional.one_hot(first.long(), 2).float()
+
+
+class _Probability(torch.nn.Module):
+    """A trained model whose forward returns the probability that A comes first, (B,), not two logits."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).softmax(-1)[:, 1]
+
+
+def _print_model(tokens, labels, positions=True):
+    print(_order(tokens, labels, positions, steps=0))
+
+
+@functools.cache
+def _notebook():
+    """The notebook's setup cell and the cells that define sinusoidal and order_task, run: their namespace."""
+    nb = jupytext.read(NOTEBOOKS["9.3"])
+    namespace = {}
+    exec(setup_cell(nb).source, namespace)
+    for start in ("def sinusoidal(", "def order_task("):
+        source = next(c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith(start))
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile_cell(source, start), namespace)
+    return namespace
+
+
 # Wrong answers: for each exercise, (the mistake, a piece of the hint that must name it).
 WRONG = {
     "9.3.2": [
-        (lambda m, T, w: _far(m, T, w, at_least=True), "distance w itself is inside"),
-        (lambda m, T, w: _far(m, T, w, normalized=False), "Normalize"),
-        (lambda m, T, w: _far(m, T, w, sign=1), "the weight falls with distance"),
+        (lambda m, T, w: _far(m, T, w, at_least=True), "counts the key exactly w back"),
+        (lambda m, T, w: _far(m, T, w, normalized=False), "not normalized"),
+        (lambda m, T, w: _far(m, T, w, sign=1), "grow with the distance"),
     ],
     "9.3.3": [
         (lambda x, scale=1.0: rope(x, scale, sign=-1), "rotate the wrong way"),
-        (lambda x, scale=1.0: rope(x, scale, stretch=False), "not multiply"),
+        (lambda x, scale=1.0: rope(x, scale, stretch=False), "angles grow with the scale"),
         (lambda x, scale=1.0: rope(x, 1.0), "The scale is ignored"),
-        (lambda x, scale=1.0: rope(x, scale, halves=True), "not j and j + d/2"),
+        (lambda x, scale=1.0: rope(x, scale, halves=True), "coordinates j and j + d/2"),
     ],
 }
 
@@ -93,18 +254,20 @@ STUDENTS = {
         (lambda m, T, w: torch.softmax(-m * torch.arange(T, dtype=torch.float32), 0)[w + 1:].sum().item(), None),
         (lambda m, T, w: sum(math.exp(-m * t) for t in range(w + 1, T)) / sum(math.exp(-m * t) for t in range(T)), None),
         (lambda m, T, w: torch.softmax(-m * torch.arange(1, T + 1, dtype=torch.float64), 0)[w:].sum().item(),
-         "distance w itself is inside"),
+         "counts the key exactly w back"),
         (lambda m, T, w: torch.softmax(-m * torch.arange(T, dtype=torch.float64), 0)[w + 1:].sum(), None),  # a 0-d tensor
         (lambda m, T, w: 1 - torch.softmax(-m * torch.arange(T, dtype=torch.float64), 0)[:w].sum().item(),
-         "distance w itself is inside"),
+         "counts the key exactly w back"),
     ],
     "9.3.3": [
         (_rope_complex, None),                                                                       # complex rotation
         (lambda x, scale=1.0: _rope_complex(x.float(), scale), None),                               # float32
         (lambda x, scale=1.0: _rope_complex(x, scale)[..., :], None),
-        (lambda x, scale=1.0: _rope_complex(x, 1 / scale), "not multiply"),
-        (lambda x, scale=1.0: _rope_complex(x, scale).mT.contiguous().view(x.shape), "Row t, pair"),
+        (lambda x, scale=1.0: _rope_complex(x, 1 / scale), "angles grow with the scale"),
+        (lambda x, scale=1.0: _rope_complex(x, scale).mT.contiguous().view(x.shape), "equal the section's rope"),
         (lambda x, scale=1.0: _rope_complex(x, scale).detach().numpy(), "should be a torch.Tensor"),
+        (lambda x, scale=1.0: rope(torch.cat([torch.zeros_like(x[..., :1, :]), x], -2), scale)[..., 1:, :],
+         "Your positions start at 1"),
     ],
 }
 
@@ -112,25 +275,63 @@ STUDENTS = {
 # The exercises added later: each wrong answer is tried on several fresh checks, and RIGHT holds right answers
 # written differently from the reference.
 NEW_WRONG = {
+    "9.3.5": [
+        (lambda tokens, labels, positions=True: _order(tokens, labels, False, steps=60), "does not see positions"),
+        (lambda tokens, labels, positions=True: _order(tokens, labels, positions, steps=0), "it has not learned"),
+        (lambda tokens, labels, positions=True: _order(tokens, labels, positions, steps=60, attention="none", mlp=False),
+         "averaged away"),
+        (lambda tokens, labels, positions=True: _fit_order(_Order(tokens.shape[1]), tokens, labels, steps=60, step=False),
+         "it has not learned"),
+        (lambda tokens, labels, positions=True: _fit_order(_Order(tokens.shape[1]), tokens, labels, steps=60,
+                                                           zero_between=True), "it has not learned"),
+        (lambda tokens, labels, positions=True: _Memory(tokens, labels), "learned them by heart"),
+        (lambda tokens, labels, positions=True: _Peek(labels), "reads their labels"),
+        (lambda tokens, labels, positions=True: _order(tokens, labels), "with positions=False leave out every source"),
+        (lambda tokens, labels, positions=True: _order_causal(tokens, labels, True) if positions else
+         _order(tokens, labels, False, causal=True), "the encoding and any causal mask"),
+        (lambda tokens, labels, positions=True: _Probability(_order(tokens, labels, steps=0)), "to logits (2000, 2)"),
+        (lambda tokens, labels, positions=True: float(torch.nn.functional.cross_entropy(
+            _order(tokens, labels, steps=0)(tokens), labels).detach()),
+         "should return the trained model (an nn.Module), got float"),
+        (_print_model, "it printed its result instead of returning it"),
+        (lambda tokens, labels: _order(tokens, labels), "unexpected keyword argument 'positions'"),
+        (lambda tokens, labels, positions=True: _Rule(), "where 90% is needed"),
+        (lambda tokens, labels, positions=True: _order(tokens, 1 - labels, positions), "the other way round"),
+        (lambda tokens, labels, positions=True: _fit_order(_Order(8), tokens, labels, steps=5), "raised RuntimeError"),
+    ],
     "9.3.1": [
-        (lambda m, T, delta: advantage(m, T, delta, others=False), "other T - 1 keys compete"),
-        (lambda m, T, delta: advantage(m, T, delta, penalty=False), "own bias"),
+        (lambda m, T, delta: advantage(m, T, delta, others=False), "leaves out the other T - 1 keys"),
+        (lambda m, T, delta: advantage(m, T, delta, penalty=False), "leaves out the key's own penalty"),
         (lambda m, T, delta: advantage(m, T, delta, as_string=True), "should be a number"),
         (lambda m, T, delta: torch.tensor([advantage(m, T, delta)]), "got a tensor of shape (1,)"),
+        (lambda m, T, delta: m * delta + torch.logsumexp(-m * torch.arange(T, dtype=torch.float64), 0).item(),
+         "counts the key itself"),
     ],
 }
 
 
 RIGHT = {
     "9.3.1": [_advantage_bisection, _advantage_closed],
+    "9.3.5": [_order_learned, _order_causal, _order_rope],
 }
 
 
 # The tests every section runs (exercises_common.py) ---------------------------------------------------------------
 
-@pytest.mark.parametrize("case", solutions("9.3"), ids=ids)
+@pytest.mark.parametrize("case", [c for c in solutions("9.3") if c[1] != "9.3.5"], ids=ids)
 def test_reference_solution_passes(case, monkeypatch):
     reference_solution_passes(case, monkeypatch)
+
+
+def test_9_3_5_reference_solution_passes():
+    """Its reference adds the section's sinusoidal table, defined in the main text: run after that cell."""
+    (section, number, name, cell), = [c for c in solutions("9.3") if c[1] == "9.3.5"]
+    namespace, checked = dict(_notebook()), []
+    namespace["check"] = lambda number, answer: checked.append((number, answer))
+    exec(compile_cell(cell.source, "9.3.5-solution"), namespace)
+    assert [n for n, _ in checked] == ["9.3.5"]
+    ok, message = verdict("9.3.5", checked[0][1])
+    assert ok, message
 
 
 @pytest.mark.parametrize("case", starters("9.3"), ids=ids)
@@ -214,3 +415,74 @@ def test_9_3_3_an_answer_that_fails_on_float32_inputs_fails_every_check():
         return (x[..., None, :] @ R)[..., 0, :]
     fails_on_every_seed("9.3.3", rope_matrix, "float32, scale")
     assert verdict("9.3.3", lambda x, scale=1.0: rope_matrix(x.double(), scale))[0]     # the same, x made float64
+
+
+def test_9_3_5_the_notebooks_task_is_the_checkers():
+    """The notebook's order_task draws what the checker's does, and the labels say whether A comes first."""
+    for args in ((500, 8, 1, 2), (300, 6, 5, 11)):
+        n, T, a, b = args
+        mine = _notebook()["order_task"](n, T, torch.Generator().manual_seed(3), a, b)
+        theirs = s9_3.order_task(n, T, torch.Generator().manual_seed(3), a, b)
+        assert all(torch.equal(x, y) for x, y in zip(mine, theirs, strict=True))
+        tokens, labels = theirs
+        assert ((tokens == a).sum(1) == 1).all() and ((tokens == b).sum(1) == 1).all()
+        assert torch.equal(labels, ((tokens == a).long().argmax(1) < (tokens == b).long().argmax(1)).long())
+        assert 0.4 < labels.double().mean() < 0.6 and tokens.max() < 16
+
+
+def test_9_3_5_a_position_free_model_gives_a_sequence_and_its_swap_the_same_logits():
+    """The argument of 9.3.5's question and the checker's test for positions: without them, swapping A and B changes
+    no logit; with them, it does."""
+    tokens, _ = s9_3.order_task(64, 9, torch.Generator().manual_seed(1), 4, 7)
+    swapped = torch.where(tokens == 4, 7, torch.where(tokens == 7, 4, tokens))
+    for table, same in (("none", True), ("sinusoidal", False)):
+        model = _Order(9, table).eval()
+        with torch.no_grad():
+            assert torch.allclose(model(swapped), model(tokens), atol=1e-5) == same
+
+
+# The layout of the student edition (issue 32) ---------------------------------------------------------------------
+
+def _tags(cell):
+    return cell.metadata.get("tags", [])
+
+
+def _exercise_code_cells():
+    return [c for c in exercise_cells(jupytext.read(NOTEBOOKS["9.3"])) if c.cell_type == "code"]
+
+
+def test_the_student_edition_runs_clean():
+    """Solution cells and dropdowns deleted, from a restart: every check is not attempted, every experiment asks for
+    its function first, and nothing raises; no text left speaks of solutions."""
+    nb = jupytext.read(NOTEBOOKS["9.3"])
+    namespace = {}
+    exec(setup_cell(nb).source, namespace)
+    for k, cell in enumerate(c for c in _exercise_code_cells() if "solution" not in _tags(c)):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile_cell(cell.source, f"9.3-student-{k}"), namespace)
+        printed, found = out.getvalue(), CHECK.search(cell.source)
+        if found:
+            assert printed.startswith(f"Exercise {found[1]}: not attempted yet."), printed
+        elif "solved(" in cell.source:
+            assert re.match(r"Exercise 9\.3\.\d+: complete the function above first", printed), printed
+    for cell in exercise_cells(nb):
+        if cell.cell_type == "markdown" and "solution" not in _tags(cell):
+            kept = re.sub(r":::\{dropdown\} Solution\n.*?\n:::", "", cell.source, flags=re.S)
+            assert not re.search(r"\bsolutions?\b", kept, re.I), kept[:200]
+
+
+def test_every_use_of_an_exercise_function_waits_for_its_check():
+    """After its starter and solution, an exercise's function is used only under `if solved("9.3.k", name):`."""
+    cells = _exercise_code_cells()
+    checked = [(*CHECK.search(c.source).groups(), c) for c in cells if CHECK.search(c.source)]
+    names = {name: number for number, name, _ in checked}
+    for cell in cells:
+        if any(cell is c for _, _, c in checked):
+            continue
+        for statement in ast.parse(cell.source).body:
+            used = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)} & set(names)
+            if used:
+                assert isinstance(statement, ast.If), f"unguarded use of {sorted(used)}: {ast.unparse(statement)[:120]}"
+                guard = re.fullmatch(r"solved\('(9\.3\.\d)', (\w+)\)", ast.unparse(statement.test))
+                assert guard and used == {guard[2]} and names[guard[2]] == guard[1], ast.unparse(statement.test)

@@ -1,15 +1,28 @@
 """Section 9.3's checkers, in exercise order: 9.3.1 how much content overrides ALiBi's penalty, 9.3.2 ALiBi
-beyond its trained length, 9.3.3 stretching RoPE's context."""
+beyond its trained length, 9.3.3 stretching RoPE's context, 9.3.5 a model that needs positions (9.3.4 is
+written)."""
 
 import torch
+from torch import nn
 
-from helpers.exercises.judge import Watch, call, cases, compare, compare_number, exercise, fresh, on_batches
+from helpers.exercises.judge import (
+    Watch,
+    Wrong,
+    call,
+    cases,
+    compare,
+    compare_number,
+    exercise,
+    fresh,
+    generator,
+    on_batches,
+)
 
 # 9.3.1: the content advantage that overrides ALiBi's penalty ------------------------------------------------
 
-def _advantage(m, T, delta, others=True, penalty=True):
+def _advantage(m, T, delta, others=True, penalty=True, itself=False):
     dist = torch.arange(T, dtype=torch.float64)
-    rest = torch.logsumexp(-m * dist[dist != delta], 0).item() if others else 0.0
+    rest = torch.logsumexp(-m * (dist if itself else dist[dist != delta]), 0).item() if others else 0.0
     return (m * delta if penalty else 0.0) + rest
 
 
@@ -33,11 +46,13 @@ def _(answer):
         want = _advantage(m, T, delta)
         got = call(answer, m, T, delta, case=case, watch=Watch())
         compare_number(got, want, case, what="advantage", mistakes=[
-            (_advantage(m, T, delta, others=False), "The other T - 1 keys compete: half the weight means "
-                                                     "exp(b - m delta) equals the sum of their weights."),
-            (_advantage(m, T, delta, penalty=False), "The key's own bias, -m delta, counts against it too."),
-        ], hint="Weights softmax over keys at distances 0 .. T - 1 with scores -m delta', plus b for the one key "
-                "delta back: solve for the b that gives it one half.")
+            (_advantage(m, T, delta, others=False), "Your advantage leaves out the other T - 1 keys: they take "
+                                                     "weight too, and the key needs as much as all of them together."),
+            (_advantage(m, T, delta, penalty=False), "Your advantage leaves out the key's own penalty: ALiBi's bias "
+                                                     "counts against that key too."),
+            (_advantage(m, T, delta, itself=True), "Your total of the other keys counts the key itself: leave it out."),
+        ], hint="Test your b: add it to the one key's score, take the softmax over all T keys, and see whether "
+                "that key gets one half.")
 
 
 # 9.3.2: ALiBi beyond its trained length ---------------------------------------------------------------------
@@ -56,14 +71,16 @@ def _(answer):
         weight = torch.exp(-m * delta)
         want = float(weight[delta > w].sum() / weight.sum())
         mistakes = [
-            (float(weight[delta >= w].sum() / weight.sum()), "More than w back means distances w + 1 .. T - 1: "
-                                                             "distance w itself is inside the window."),
-            (float(weight[delta > w].sum()), "Normalize: divide by the sum of exp(-m delta) over all T keys."),
-            (float(torch.exp(m * delta)[delta > w].sum() / torch.exp(m * delta).sum()), "The bias is -m delta: "
-                                                                                          "the weight falls with distance."),
+            (float(weight[delta >= w].sum() / weight.sum()), "Your sum counts the key exactly w back, which is "
+                                                             "not more than w back."),
+            (float(weight[delta > w].sum()), "Your weights are not normalized: over all T keys they should sum "
+                                             "to one."),
+            (float(torch.exp(m * delta)[delta > w].sum() / torch.exp(m * delta).sum()), "Your weights grow with "
+                                                                                          "the distance: ALiBi's bias "
+                                                                                          "is a penalty."),
         ]
         compare_number(call(answer, m, T, w, case=case, watch=Watch()), want, case, atol=1e-12, mistakes=mistakes,
-                       hint="With equal content scores the weights are softmax(-m delta) over delta = 0 .. T - 1.")
+                       hint="Compare your weights with those of Figure 9.3.3's cell, which come from the bias alone.")
 
 
 # 9.3.3: stretching RoPE's context ---------------------------------------------------------------------------
@@ -95,13 +112,120 @@ def _(answer):
             want = _rope(x64, scale)
             mistakes = [
                 (_rope(x64, scale, sign=-1.0),
-                 "Your pairs rotate the wrong way: (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)."),
-                (_rope(x64, 1 / scale), "To stretch the context divide the positions by the scale, t / scale, not multiply."),
-                (_rope(x64, 1.0), "The scale is ignored: rotate position t by (t / scale) omega_j."),
-                (_rope(x64, scale, start=1), "Positions start at 0: the first row is not rotated."),
-                (_rope(x64, scale, halves=True), "Pair coordinates 2j and 2j+1 (interleaved), as the chapter's rope does, "
-                                                 "not j and j + d/2."),
+                 "Your pairs rotate the wrong way, clockwise: compare with the section's rope at scale 1."),
+                (_rope(x64, 1 / scale), "Your angles grow with the scale, as if the positions were multiplied by it: "
+                                        "interpolation squeezes the positions into the trained range."),
+                (_rope(x64, 1.0), "The scale is ignored: your result is the same at every scale."),
+                (_rope(x64, scale, start=1), "Your positions start at 1: the first row is position 0, not rotated."),
+                (_rope(x64, scale, halves=True), "Your pairs are coordinates j and j + d/2; the chapter's rope pairs "
+                                                 "neighbours, 2j and 2j+1 (interleaved)."),
             ]
             compare(call(answer, x, scale, case=case), want, case, mistakes=mistakes,
-                    hint="Row t, pair (2j, 2j+1), rotates by the angle (t / scale) * 10000^(-2j/d).")
+                    hint="At scale 1 your function should equal the section's rope: try that first.")
         on_batches(run, r.randn(*shape, dtype=dtype), case=case, name=name)
+
+
+# 9.3.5: a model that needs positions ------------------------------------------------------------------------
+
+VOCAB = 16                                  # tokens 0 .. 15
+TRAIN, HELD_OUT, NEEDED = 4000, 2000, 0.9   # sequences to train on, new ones to measure on, the accuracy to reach
+
+
+def order_task(n, T, g, a=1, b=2):
+    """``n`` sequences ``(n, T)`` of tokens in ``0 .. VOCAB - 1``, each with one ``a``, one ``b`` and fillers (the other
+    tokens), and the labels ``(n,)``: 1 where ``a`` comes before ``b``. The notebook's ``order_task`` is the same."""
+    fillers = torch.tensor([v for v in range(VOCAB) if v not in (a, b)])
+    tokens = fillers[torch.randint(len(fillers), (n, T), generator=g)]
+    where = torch.rand(n, T, generator=g).argsort(dim=1)[:, :2]          # two distinct positions: a's and b's
+    rows = torch.arange(n)
+    tokens[rows, where[:, 0]] = a
+    tokens[rows, where[:, 1]] = b
+    return tokens, (where[:, 0] < where[:, 1]).long()
+
+
+def _order_logits(model, tokens, case, name, what):
+    """The model's logits for ``tokens``, ``(len(tokens), 2)``, or Wrong saying why not."""
+    try:
+        with torch.no_grad():
+            out = model(tokens)
+    except Exception as error:  # noqa: BLE001 (the reader's model: told as the error it raised)
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise Wrong(f"{case}: the model {name} returned raised {type(error).__name__} on {what} "
+                    f"{tuple(tokens.shape)}: {first}") from None
+    if not isinstance(out, torch.Tensor) or out.shape != (len(tokens), 2) or not out.is_floating_point():
+        got = f"shape {tuple(out.shape)}, {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise Wrong(f"{case}: the model {name} returned should map {what} {tuple(tokens.shape)} to logits "
+                    f"({len(tokens)}, 2), class 1 for \"A comes first\", got {got}.")
+    return out.detach().double()
+
+
+def _accuracy(logits, labels):
+    return (logits.argmax(-1) == labels).double().mean().item()
+
+
+def _trained(answer, tokens, labels, case, seed, **kwargs):
+    """The model ``answer`` returns, trained with the reader's draws (initialization, batches) seeded by the check, on
+    one thread: a model this small trains fastest there, and on a busy machine two threads can wait on each other for
+    most of the check's time."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = call(answer, tokens, labels, case=case, **kwargs)
+    finally:
+        torch.set_num_threads(threads)
+    if not isinstance(model, nn.Module):
+        name = getattr(answer, "__name__", "your function")
+        raise Wrong(f"{case}: {name} should return the trained model (an nn.Module), got {type(model).__name__}.")
+    model.eval()
+    return model
+
+
+@exercise("9.3.5", f"Your model, trained on {TRAIN:,} sequences, tells which token comes first in at least "
+                   f"{NEEDED:.0%} of {HELD_OUT:,} new ones, and without positions it cannot.", time_limit=60)
+def _(answer):
+    r = fresh()
+    g = generator()
+    # A and B are never the notebook's tokens 1 and 2, nor is T its 8: a rule written for the notebook's data fails.
+    a, b = r.python.sample(range(3, VOCAB), 2)
+    T = r.choice([6, 7, 9, 10])
+    case = f"{TRAIN:,} training sequences of {T} tokens, A = {a} and B = {b}, {HELD_OUT:,} new ones"
+    tokens, labels = order_task(TRAIN, T, g, a, b)
+    new, new_labels = order_task(HELD_OUT, T, g, a, b)
+    swapped = torch.where(new == a, b, torch.where(new == b, a, new))     # A and B change places: the other label
+    name = getattr(answer, "__name__", "your function")
+
+    def same(x, y):                 # the same logits, up to the rounding of a sum taken in another order
+        return (x - y).abs().max().item() <= 1e-4 * (1 + y.abs().max().item())
+
+    model = _trained(answer, tokens, labels, case, r.integer(0, 2 ** 31 - 1))
+    logits = _order_logits(model, new, case, name, "new sequences")
+    accuracy = _accuracy(logits, new_labels)
+    if accuracy < NEEDED:
+        told = f"{case}: the model is right on {accuracy:.0%} of the new sequences, where {NEEDED:.0%} is needed."
+        if accuracy <= 1 - NEEDED:
+            raise Wrong(f"{told} It is wrong on nearly all of them, so it has learned the rule the other way round: "
+                        "class 1 is \"A comes first\" (are the labels, or the two logits, swapped?).")
+        seen = _accuracy(_order_logits(model, tokens, case, name, "its training sequences"), labels)
+        if seen >= NEEDED:
+            raise Wrong(f"{told} It is right on {seen:.0%} of its training sequences: it learned them by heart (or "
+                        "reads their labels) rather than the rule.")
+        if same(_order_logits(model, swapped, case, name, "new sequences"), logits):
+            raise Wrong(f"{told} It gives the same logits when A and B change places, so it cannot tell which comes "
+                        "first: your model does not see positions (is the encoding missing, or averaged away before "
+                        "anything compares the tokens?).")
+        if seen < 0.6:
+            raise Wrong(f"{told} It is at chance on its own training sequences too ({seen:.0%}): it has not learned. "
+                        "Does the training take optimizer steps on the loss's gradients, with the right labels, and "
+                        "enough of them?")
+        raise Wrong(f"{told} It has learned part of the task ({seen:.0%} of its training sequences): train it longer, "
+                    "or with a larger learning rate.")
+    # Without positions the same model must not tell the two orders apart.
+    case = case + ", positions=False"
+    blind = _trained(answer, tokens, labels, case, r.integer(0, 2 ** 31 - 1), positions=False)
+    logits = _order_logits(blind, new, case, name, "new sequences")
+    if not same(_order_logits(blind, swapped, case, name, "new sequences"), logits):
+        raise Wrong(f"{case}: the model still tells A first from B first (it is right on "
+                    f"{_accuracy(logits, new_labels):.0%} of the new sequences): with positions=False leave out every "
+                    "source of position, the encoding and any causal mask.")
