@@ -1,5 +1,8 @@
 """Section 9.1's checkers, in exercise order: 9.1.1 attention for many queries at once, 9.1.2 the bandwidth
-implied by a query's norm, 9.1.3 which copy of the digit the decoder reads."""
+implied by a query's norm, 9.1.3 which copy of the digit the decoder reads, 9.1.5 the query norm chosen from the
+data (9.1.4 is answered in words).
+
+A hint names the mistake, never the answer's formula or code."""
 
 import math
 
@@ -45,9 +48,10 @@ def _(answer):
         def run(Q, K, V, case=case, d=d, d_v=d_v):
             want_out, want_w = _sdpa(Q, K, V, d ** -0.5)
             mistakes = [
-                (_sdpa(Q, K, V, 1.0)[1], "Your weights are softmax(QK^T) without the scale: divide the scores by sqrt(d_k)."),
-                (_sdpa(Q, K, V, 1 / d)[1], "You divided the scores by d_k: the scale is 1/sqrt(d_k)."),
-                (_sdpa(Q, K, V, d_v ** -0.5)[1], "Scale by sqrt(d_k), the width of the queries and keys, not of the values."),
+                (_sdpa(Q, K, V, 1.0)[1], "The scores were not scaled: your weights are the softmax of Q K^T itself."),
+                (_sdpa(Q, K, V, 1 / d)[1], "You divided the scores by d_k itself, not by its square root."),
+                (_sdpa(Q, K, V, d_v ** -0.5)[1], "You scaled by the width of the values, d_v; the scale belongs to the width "
+                                                 "of the queries and keys."),
                 (_sdpa(Q, K, V, d ** -0.5, dim=-2)[1],
                  "Your weights sum to one over the queries: take the softmax over the keys (dim=-1)."),
                 (want_w.transpose(-2, -1), "Your weights are transposed: row i should hold query i's weights over the keys."),
@@ -58,8 +62,10 @@ def _(answer):
                 raise Wrong(f"{case}: your first result has the weights' shape and the second the outputs': "
                             "return (outputs, weights), in that order.")
             compare(w, want_w, case, what="weights", mistakes=mistakes,
-                    hint="Scores are Q K^T / sqrt(d_k), one row per query.")
-            compare(out, want_out, case, what="outputs", hint="Your weights are right: the outputs are weights @ V.")
+                    hint="Your weights are not attention's: compare each step with the equation of the section's "
+                         "'Scaled dot-product attention' (one row of scores per query, one column per key).")
+            compare(out, want_out, case, what="outputs",
+                    hint="Your weights are right, but your outputs are not the values averaged with them.")
         # An answer that fails on a batch but is right on its first matrix works on 2-D inputs only: say so.
         on_batches(run, r.randn(*lead, m, d), r.randn(*lead, n, d), r.randn(*lead, n, d_v), case=case, name=name)
 
@@ -76,7 +82,7 @@ def _kernel_weights(u, k, rho, h):
 
 
 @exercise("9.1.2", "Your bandwidth makes the Nadaraya-Watson weights equal to softmax(q . k) for every query norm "
-                   "and key norm tried: h = sqrt(rho / r).")
+                   "and key norm tried: the longer the query, the narrower the kernel.")
 def _(answer):
     r_ = fresh()
     hidden = [(r_.log_uniform(0.1, 100.0), r_.log_uniform(0.1, 100.0)) for _ in range(4)]
@@ -84,12 +90,14 @@ def _(answer):
                                 lambda r, rho: f"query norm r = {r:.4g}, key norm rho = {rho:.4g}"):
         h = call(answer, r, rho, case=case, watch=Watch())
         compare_number(h, math.sqrt(rho / r), case, what="bandwidth", rtol=1e-5, mistakes=[
-            (1 / math.sqrt(r), "The keys' norm matters too: the query point is rho u, and |rho u - k|^2 = 2 rho^2 - 2 rho u.k."),
-            (rho / r, "That is h^2: take the square root."),
+            (1 / math.sqrt(r), "Your h leaves out the keys' norm rho: the kernel sits at rho u, on the keys' sphere, "
+                               "not at u."),
+            (rho / r, "That is the square of the bandwidth, h^2, not h."),
             (math.sqrt(r / rho), "Upside down: a longer query makes the weights sharper, so the bandwidth shrinks as r grows."),
-            (rho / math.sqrt(r), "The term in u.k is rho u.k / h^2 (|k|^2 = rho^2 is the same for every key and cancels): "
-                                 "h^2 = rho / r, not rho^2 / r."),
-        ], hint="Expand |rho u - k|^2 / (2 h^2) and match the term in u.k with r u.k.")
+            (rho / math.sqrt(r), "Your h is proportional to rho: one factor of rho too many. In the expanded squared "
+                                 "distance, keep only the part that changes from key to key."),
+        ], hint="Expand the kernel's exponent and match the part that changes from key to key with attention's "
+                "score q . k.")
         # What the message says: the kernel weights built with the answer's h are attention's weights, on keys
         # of norm rho in a few dimensions.
         n, d = r_.integer(10, 30), r_.choice([2, 3, 5, 8])
@@ -203,3 +211,86 @@ def _(answer):
              "Your weights are right, but the context still comes from the old ones: c = sum_i a_i h_i with the new a."),
         ], hint="Your weights are right: feed the context sum_i a_i h_i and your own previous prediction, as "
                 "AttentionSeq2Seq.forward does.")
+
+
+# 9.1.5: the query norm, chosen from the data ------------------------------------------------------------------
+
+_ANGLES = 2 * math.pi * (torch.arange(120, dtype=torch.float64) + 0.5) / 120   # the held-out query directions
+_DIRECTIONS = torch.stack([_ANGLES.cos(), _ANGLES.sin()], 1)                    # (120, 2) unit queries
+_NORMS = torch.logspace(-1, 4, 16, dtype=torch.float64)                           # where the best norm is sought
+_WITHIN = 1.6       # a norm passes when its held-out error is at most this many times the best norm's
+
+
+def _tables(g, B, n, K, sigma):
+    """B tables of n keys at random angles on the unit circle, keys (B, n, 2), with values (B, n): each table's own
+    function (harmonics 1 .. K, random amplitudes and phases, mean square 1) plus noise of standard deviation sigma;
+    and each function at the held-out directions, (B, 120)."""
+    theta = 2 * math.pi * torch.rand(B, n, generator=g, dtype=torch.float64)
+    a = torch.randn(B, 1, K, generator=g, dtype=torch.float64)
+    a = a / (a.pow(2).sum(-1, keepdim=True) / 2).sqrt()
+    phase = 2 * math.pi * torch.rand(B, 1, K, generator=g, dtype=torch.float64)
+    harmonics = torch.arange(1, K + 1, dtype=torch.float64)
+
+    def f(t):                                                # (B, m) angles -> (B, m)
+        return (a * torch.cos(harmonics * t[..., None] + phase)).sum(-1)
+    keys = torch.stack([theta.cos(), theta.sin()], -1)
+    values = f(theta) + sigma * torch.randn(B, n, generator=g, dtype=torch.float64)
+    return keys, values, f(_ANGLES.expand(B, -1))
+
+
+def _errors(norms, keys, values, truth):
+    """The mean squared error of attention with each query norm in ``norms`` (G,) against the true functions at the
+    held-out directions: (G,)."""
+    scores = torch.einsum("md,bnd->bmn", _DIRECTIONS, keys)                     # (B, 120, n) u . k_i
+    weights = torch.softmax(norms[:, None, None, None] * scores, -1)           # (G, B, 120, n)
+    return ((weights @ values[..., None]).squeeze(-1) - truth).pow(2).mean((1, 2))
+
+
+_TOO_LARGE = ("A norm this large copies the nearest stored value, noise included. If you trained r to predict each "
+              "stored value by a lookup among its table's keys, its own key included, that loss is lowest when each "
+              "value copies itself, so it always asks for a larger norm: it measures no prediction at all.")
+_TOO_SMALL = ("A norm this small averages over keys far from the query and flattens the function. Did the training "
+              "run, and did its loss fall? Near a small starting norm the loss can be almost flat: start larger, or "
+              "look at the loss over a range of norms first. (Return the query norm r, not a bandwidth; and a norm "
+              "chosen on part of each table's keys fits sparser tables than these.)")
+
+
+@exercise("9.1.5", "Your norm, learned from the stored tables alone, predicts fresh tables nearly as well as the best "
+                   f"norm does (a mean squared error at most {_WITHIN:g} times the best's), from smooth noisy functions "
+                   "(a small norm) to wiggly clean ones (a large one).",
+          time_limit=60)
+def _(answer):
+    r_ = fresh()
+    g = generator()
+
+    def describe(B, n, K, sigma):
+        waves = "one smooth wave" if K == 1 else f"waves of up to {K} cycles"
+        return f"{B} tables of {n} keys, {waves}, noise {sigma:.2g}"
+    # Every check has both ends: noisy tables of few keys with one smooth wave (best norm about 2), where a norm
+    # trained to let each stored value copy itself fails (its error at least 1.8 times the best's over many seeds; the
+    # reference's at most 1.1), as does any fixed norm from 10 up; and clean wiggly tables (best norm in the hundreds),
+    # where an untrained norm (r = 1: 6 times the best's or more) and any fixed norm up to 30 fail. The hidden ones
+    # cross the numbers of keys, so that no rule on the table's size passes.
+    hidden = [(r_.integer(16, 32), r_.integer(30, 60), r_.integer(1, 2), r_.uniform(0.6, 1.0)),
+              (r_.integer(12, 24), r_.integer(40, 70), r_.integer(5, 8), r_.uniform(0.03, 0.1))]
+    for case, (B, n, K, sigma) in cases([(24, 10, 1, 1.5), (16, 60, 8, 0.05)], hidden, describe):
+        keys, values, _ = _tables(g, B, n, K, sigma)
+        # Fresh tables of the same kind, unseen by the answer: about 2,000 keys, so that the error of a norm varies
+        # little from one check to the next.
+        held_out = _tables(g, max(24, math.ceil(2000 / n)), n, K, sigma)
+        errors = _errors(_NORMS, *held_out)
+        best, r_best = errors.min().item(), _NORMS[errors.argmin()].item()
+        r = as_number(call(answer, keys, values, case=case), case, "query norm")
+        try:
+            r = float(r)
+        except OverflowError:                                 # an int too large for a float
+            r = math.inf
+        if not math.isfinite(r) or r < 0:
+            raise Wrong(f"{case}: the query norm should be a finite number, 0 or more, got {r!r}"
+                        + (": a negative norm turns the lookup around, to the keys farthest from the query." if r < 0
+                           else "."))
+        ratio = _errors(torch.tensor([min(float(r), 1e12)], dtype=torch.float64), *held_out).item() / best
+        if ratio > _WITHIN:
+            raise Wrong(f"{case}: with your norm r = {r:.3g}, attention predicts fresh tables of this kind with a "
+                        f"mean squared error {ratio:.3g} times the best norm's (the best is near r = {r_best:.2g}; the "
+                        f"check allows {_WITHIN:g} times). " + (_TOO_LARGE if r > r_best else _TOO_SMALL))
