@@ -13,6 +13,7 @@ from torch.nn import functional as F
 
 from helpers.attention import causal_mask
 from helpers.checks import finite_float, flag, non_negative_int, one_of, positive_float, positive_int, tensor
+from helpers.progress import progress
 
 
 class AdditiveAttention(nn.Module):
@@ -343,7 +344,7 @@ def train_lm(lm, lr, steps=200, vocab=32, weight_decay=0.1, warmup=20):
     opt = torch.optim.AdamW(decay_groups(lm, weight_decay), lr=lr, betas=(0.9, 0.95))
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, steps))
     history = []
-    for _ in range(steps):
+    for _ in progress(range(steps), desc="training"):            # a bar while it runs (helpers.progress)
         x = repeat_batch(g, vocab=vocab)
         largest = []
         logits = lm(x[:, :-1], record=largest)                    # (B, 31, vocab): predicts tokens 1 .. 31

@@ -13,20 +13,20 @@ import os
 import pickle
 import queue as queues
 import signal
-import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import torch
 from torch.nn import functional as F
-from tqdm import tqdm
 
-from helpers.checks import flag, non_negative_int, positive_float, positive_int
+from helpers.checks import finite_float, flag, non_negative_int, positive_float, positive_int
 from helpers.data import adding_problem_batch
 from helpers.models import AddingTransformer, RecurrentRegressor
+from helpers.progress import Bar
 from helpers.train import train_and_evaluate
 
 # The transformer's learned position embeddings fix its sequence length (the recurrent models take any):
@@ -238,13 +238,15 @@ def _stop(pids):
 
 
 def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120.0, deadline=None, run=run_one,
-         stop=None):
+         stop=None, on_steps=None):
     """Train every model in ``names`` under the same ``setup``; return ``{name: Result}`` in that order.
 
     Each model is one job for a pool of ``workers`` single-threaded (spawned) processes (default: one
     per core this process may use, ``usable_cores()``, at most one per model), submitted longest first;
-    ``workers=0`` trains them one after the other in this process. A tqdm bar on stderr counts the steps
-    of all models together.
+    ``workers=0`` trains them one after the other in this process. With ``progress`` a bar counts the
+    steps of all models together (``helpers.progress.Bar``: in a notebook a display that ends on the quiet
+    line "race: N steps", elsewhere tqdm on stderr); ``on_steps(n)``, if given, is called as each ``n``
+    more steps are done, in the thread that runs the race (``start_race`` counts them for ``result()``).
 
     A watchdog ends the workers and raises ``TimeoutError`` naming the model (the lane) when a started
     model reports no progress for ``stall`` seconds, or when the whole race passes ``deadline``
@@ -261,8 +263,10 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
     stall = positive_float(stall, "stall")
     deadline = None if deadline is None else positive_float(deadline, "deadline")
     flag(progress, "progress")
-    bar = tqdm(total=len(names) * setup.steps, desc="race", file=sys.stderr, mininterval=5.0,
-               leave=False, disable=not progress)
+    if on_steps is not None and not callable(on_steps):
+        raise ValueError(f"on_steps must be a function of the number of steps done (or None), got {on_steps!r}")
+    bar = _Count(Bar(len(names) * setup.steps, desc="race", every=1.0, disable=not progress), on_steps)
+    finished = False
     try:
         if workers == 0:
             results = {}
@@ -278,15 +282,33 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
                 except Exception as error:
                     raise RuntimeError(f"race: training {name} failed: {error!r}") from error
                 _finite(name, results[name])
+            finished = True
             return results
         try:
             pickle.dumps(run)
         except Exception as error:
             raise ValueError(f"run must be a module-level function when workers > 0 (the workers import it by"
                              f" name), got {run!r}: {error}") from None
-        return _race_in_processes(names, setup, workers, bar, stall, deadline, run, stop)
+        results = _race_in_processes(names, setup, workers, bar, stall, deadline, run, stop)
+        finished = True
+        return results
     finally:
-        bar.close()
+        bar.close(finished)
+
+
+class _Count:
+    """The race's count of steps done: shown by ``bar``, and passed on to ``on_steps``."""
+
+    def __init__(self, bar, on_steps=None):
+        self.bar, self.on_steps = bar, on_steps
+
+    def update(self, n):
+        self.bar.update(n)
+        if self.on_steps is not None:
+            self.on_steps(n)
+
+    def close(self, finished):
+        self.bar.close(finished)
 
 
 def _lanes(names, workers):
@@ -305,22 +327,46 @@ def _lanes(names, workers):
 
 class Racing:
     """A race running in the background (``start_race``). ``result()`` waits for it and returns what
-    ``race`` returns (or raises what it raised); ``workers`` is how many worker processes it uses."""
+    ``race`` returns (or raises what it raised); ``workers`` is how many worker processes it uses;
+    ``total`` is its number of steps, all models together (None if the race refused its arguments), and
+    ``steps_done`` how many of them its models have reported done."""
 
-    def __init__(self, future, workers, threads, stop):
+    def __init__(self, future, workers, threads, stop, total=None):
         self._future, self.workers, self.threads, self._stop = future, workers, threads, stop
+        self.total, self.steps_done = total, 0
+
+    def _count(self, n):                     # called in the race's thread as its models report
+        self.steps_done += n
 
     def done(self):
         return self._future.done()
 
-    def result(self, timeout=None):
+    def result(self, timeout=None, progress=True):
         """Wait for the race (``TimeoutError`` after ``timeout`` seconds), then give this process its threads back.
 
-        A wait that ends early (a timeout, an interrupt) leaves the race running, its cores left to it and
-        itself known to ``start_race``, which stops it if started again."""
+        With ``progress`` the wait shows how far the race is (``helpers.progress.Bar``: in a notebook a bar
+        that ends on the quiet line "race: N steps", elsewhere tqdm on stderr). A wait that ends early (a
+        timeout, an interrupt) leaves the race running, its cores left to it and itself known to
+        ``start_race``, which stops it if started again; the bar then says how far the race had got."""
+        flag(progress, "progress")
+        if timeout is not None and finite_float(timeout, "timeout") < 0:
+            raise ValueError(f"timeout must be >= 0 seconds (or None: no limit), got {timeout!r}")
+        end = None if timeout is None else time.monotonic() + timeout
+        bar = Bar(self.total or 1, desc="race", disable=not progress or self.total is None)
+        succeeded = False
         try:
-            return self._future.result(timeout)
+            while not self._future.done():
+                bar.set(min(self.steps_done, bar.total))
+                left = 0.5 if end is None else min(0.5, end - time.monotonic())
+                if left <= 0 and end is not None:
+                    raise TimeoutError(f"race: still running after the {timeout:g} s this wait allowed; it goes on")
+                wait_for([self._future], timeout=left, return_when=FIRST_COMPLETED)
+            value = self._future.result()
+            succeeded = True
+            return value
         finally:
+            bar.set(min(self.steps_done, bar.total))
+            bar.close(succeeded)
             if self._future.done():
                 self._give_back()
 
@@ -342,11 +388,12 @@ def start_race(setup=None, leave_cores=True, **kw):
     """Start ``race(setup=setup, progress=False, **kw)`` in a background thread; return a ``Racing``.
 
     The race's worker processes then train while the caller runs other code; ``.result()`` waits for
-    the race. The training runs are the same as in the foreground: each model trains on one thread in
-    its own process. With ``leave_cores`` this process computes on the cores the workers leave it,
-    with one thread at least, until ``.result()`` (more busy threads than cores slow every one of
-    them); the thread count it had is given back then, or by ``.stop()``. A race started earlier by
-    ``start_race`` and not yet collected (its cell run again, say) is stopped first, its workers ended.
+    the race, showing how far it is. The training runs are the same as in the foreground: each model
+    trains on one thread in its own process. With ``leave_cores`` this process computes on the cores the
+    workers leave it, with one thread at least, until ``.result()`` (more busy threads than cores slow
+    every one of them); the thread count it had is given back then, or by ``.stop()``. A race started
+    earlier by ``start_race`` and not yet collected (its cell run again, say) is stopped first, its
+    workers ended.
     """
     for earlier in list(_RACING):
         earlier.stop()
@@ -354,12 +401,17 @@ def start_race(setup=None, leave_cores=True, **kw):
     try:
         if "names" in kw and not isinstance(kw["names"], str):
             kw["names"] = tuple(kw["names"])          # read once: a generator would be empty for race
-        _, workers = _lanes(kw.get("names", tuple(MODELS)), kw.get("workers"))
+        names, workers = _lanes(kw.get("names", tuple(MODELS)), kw.get("workers"))
     except (TypeError, ValueError):                   # race refuses them too, and says so through the future
-        workers = 0
+        names, workers = (), 0
+    try:
+        total = len(names) * _setup(setup, names).steps if names else None
+    except (TypeError, ValueError):
+        total = None
     stop = threading.Event()
     pool = ThreadPoolExecutor(1, thread_name_prefix="race")
-    racing = Racing(pool.submit(race, setup=setup, progress=False, stop=stop, **kw), workers, torch.get_num_threads(), stop)
+    racing = Racing(None, workers, torch.get_num_threads(), stop, total)
+    racing._future = pool.submit(race, setup=setup, progress=False, stop=stop, on_steps=racing._count, **kw)
     pool.shutdown(wait=False)             # the thread ends with the race
     _RACING.append(racing)
     if leave_cores and workers:

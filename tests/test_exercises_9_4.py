@@ -1,13 +1,16 @@
 """Section 9.4's exercises: 9.4.1 the residual stream, block by block, 9.4.2 what the z-loss does to the
-logits, 9.4.3 label smoothing.
+logits, 9.4.3 label smoothing, 9.4.5 a decoder that reverses (9.4.4 is a written answer).
 
 Each checker accepts the notebook's reference solution and rejects the usual mistakes, each with its own
 hint (exercises_common.py says how; the shared layout is tested in test_exercises_layout.py).
 """
 
+import re
+
 import pytest
 import torch
 from exercises_common import (
+    NOTEBOOKS,
     each_wrong_answer_is_rejected_with_its_own_message,
     ids,
     new_exercises_accept_correct_answers_written_differently,
@@ -20,7 +23,8 @@ from exercises_common import (
     wrong_answers_fail_on_every_fresh_draw,
 )
 
-from helpers.exercises import verdict
+from helpers.exercises import EXERCISES, s9_4, verdict
+from helpers.models import Attention, PreNormBlock
 
 # Wrong answers and right ones unlike the reference ---------------------------------------------------------------
 
@@ -57,6 +61,71 @@ def _rms_float64(blocks, x):
     return torch.stack(out).float()
 
 
+def _reverser(steps=200, positions=True, causal=True, shift=True, returns="model", d=32):
+    """9.4.5's answers: the reference's decoder (one block of width 32, Adam at 1e-2), or one of its mistakes."""
+    def train_reverser(batch, vocab, T):
+        parts = torch.nn.ModuleDict(dict(tok=torch.nn.Embedding(vocab, d), pos=torch.nn.Embedding(T, d),
+                                         block=PreNormBlock(d, Attention(d, heads=2, causal=causal)),
+                                         norm=torch.nn.LayerNorm(d), out=torch.nn.Linear(d, vocab)))
+
+        def decoder(idx):
+            x = parts["tok"](idx) + (parts["pos"].weight[: idx.shape[1]] if positions else 0)
+            return parts["out"](parts["norm"](parts["block"](x)))
+
+        opt = torch.optim.Adam(parts.parameters(), lr=1e-2)
+        losses = []
+        for _ in range(steps):
+            x = batch()
+            target = x[:, 1:] if shift else x[:, :-1]
+            loss = torch.nn.functional.cross_entropy(decoder(x[:, :-1]).flatten(0, 1), target.flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return {"model": decoder, "losses": losses, "pair": lambda idx: (decoder(idx), None)}[returns]
+    return train_reverser
+
+
+def _wider(batch, vocab, T, d=64):
+    """Correct, another way: two heads of width 32, AdamW with weight decay on the matrices, a generator loop."""
+    parts = torch.nn.ModuleDict(dict(tok=torch.nn.Embedding(vocab, d), pos=torch.nn.Embedding(T, d),
+                                     block=PreNormBlock(d, Attention(d, heads=2, causal=True)),
+                                     norm=torch.nn.LayerNorm(d), out=torch.nn.Linear(d, vocab)))
+
+    def decoder(idx):
+        return parts["out"](parts["norm"](parts["block"](parts["tok"](idx) + parts["pos"](torch.arange(idx.shape[1])))))
+
+    matrices = [p for p in parts.parameters() if p.dim() == 2]
+    rest = [p for p in parts.parameters() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": matrices, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}], lr=5e-3)
+    for x in (batch() for _ in range(250)):
+        loss = torch.nn.functional.cross_entropy(decoder(x[:, :-1]).transpose(1, 2), x[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return decoder
+
+
+def _torch_layer(batch, vocab, T, d=32):
+    """Correct, another way: PyTorch's own pre-norm layer with a causal mask, positions as one parameter, AdamW."""
+    layer = torch.nn.TransformerEncoderLayer(d, 2, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
+    embed, head, pos = torch.nn.Embedding(vocab, d), torch.nn.Linear(d, vocab), torch.nn.Parameter(torch.randn(T, d))
+
+    def model(idx):
+        t = idx.shape[1]
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(t)
+        return head(layer(embed(idx) + pos[:t], src_mask=mask, is_causal=True))
+
+    opt = torch.optim.AdamW([*layer.parameters(), *embed.parameters(), *head.parameters(), pos], lr=1e-2)
+    for _ in range(300):
+        x = batch()
+        loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).reshape(-1, vocab), x[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model
+
+
 # Wrong answers: for each exercise, (the mistake, a piece of the hint that must name it).
 WRONG = {
     "9.4.2": [
@@ -64,13 +133,15 @@ WRONG = {
         (lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1), "divide by N"),
         (lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) / z.numel() + 0 * z, "not 1 / V"),
         (lambda z, w: 2 * w * z * torch.softmax(z, -1) / z.shape[0], "not the logits themselves"),
+        (lambda z, w: 2 * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.shape[0], "w is missing"),
     ],
     "9.4.3": [
         (lambda z, t, eps: _smoothed(z, t, eps, others=True), "not over the other V - 1"),
         (lambda z, t, eps: _smoothed(z, t, eps, target_one=True), "not 1"),
-        (lambda z, t, eps: -_smoothed(z, t, eps), "A loss is positive"),
-        (lambda z, t, eps: _smoothed(z, t, eps, probs=True), "log_softmax"),
+        (lambda z, t, eps: -_smoothed(z, t, eps), "The sign is flipped"),
+        (lambda z, t, eps: _smoothed(z, t, eps, probs=True), "the probabilities themselves"),
         (lambda z, t, eps: _smoothed(z, t, eps) * z.shape[0], "a mean, not a sum"),
+        (lambda z, t, eps: torch.nn.functional.cross_entropy(z, t), "the targets are not smoothed"),
     ],
 }
 
@@ -80,12 +151,15 @@ WRONG = {
 STUDENTS = {
     "9.4.2": [
         (lambda z, w: (lambda z: torch.autograd.grad(w * torch.logsumexp(z, -1).pow(2).mean(), z)[0])(
-            z.detach().requires_grad_()), None),                                                      # autograd
+            z.detach().requires_grad_()), "with autograd"),                                 # autograd: refused now
         (lambda z, w: (lambda e: 2 * w * e.sum(-1, keepdim=True).log() * e / e.sum(-1, keepdim=True) / len(z))(
             (z - z.amax(-1, keepdim=True)).exp()) + 2 * w * z.amax(-1, keepdim=True) * torch.softmax(z, -1) / len(z), None),
+        (lambda z, w: torch.einsum("n,nv->nv", 2 * w * torch.logsumexp(z.float(), -1) / len(z),
+                                   z.float().exp() / z.float().exp().sum(-1, keepdim=True)), None),   # einsum, float32
         (lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, 0) / z.shape[0],
-         "d/dz_j of w mean_rows"),
-        (lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.numel(), "d/dz_j"),
+         "differentiate step by step"),
+        (lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.numel(),
+         "differentiate step by step"),
         (lambda z, w: (2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.shape[0]).tolist(),
          "should be a torch.Tensor, got list"),
     ],
@@ -94,7 +168,7 @@ STUDENTS = {
             z, (1 - eps) * torch.nn.functional.one_hot(t, z.shape[-1]).to(z.dtype) + eps / z.shape[-1]), None),  # soft targets
         (lambda z, t, eps: ((1 - eps) * torch.nn.functional.nll_loss(z.float().log_softmax(-1), t)
                             - eps * z.float().log_softmax(-1).mean(-1).mean()).item(), None),        # float32 decomposition
-        (lambda z, t, eps: torch.nn.functional.cross_entropy(z, t), "eps"),                            # no smoothing
+        (lambda z, t, eps: torch.nn.functional.cross_entropy(z, t.flip(0), label_smoothing=0.0), "eps = 0 first"),
         (lambda z, t, eps: (-(1 - eps) * z.log_softmax(-1).gather(1, t[:, None]).squeeze(1)
                             - eps / z.shape[-1] * z.log_softmax(-1).sum(-1)).sum().item(), "a mean, not a sum"),
         (lambda z, t, eps: f"{torch.nn.functional.cross_entropy(z, t):.4f}", "should be a number, got str"),
@@ -107,18 +181,27 @@ STUDENTS = {
 NEW_WRONG = {
     "9.4.1": [
         (lambda blocks, x: _rms(blocks, x, inputs=True), "leave out the input"),
-        (lambda blocks, x: _rms(blocks, x, norm=True), "not the norm"),
+        (lambda blocks, x: _rms(blocks, x, norm=True), "not its RMS"),
         (lambda blocks, x: _rms(blocks, x, std=True), "does not subtract the mean"),
         (lambda blocks, x: _rms(blocks, x, normalized=True), "not its normalized copy"),
         (lambda blocks, x: _rms(blocks, x, as_list=True), "return a tensor"),
         (lambda blocks, x: _rms(blocks, x, in_place=True), "changed its input x"),
         (lambda blocks, x: _rms(blocks, x, inputs=True)[:-1], "not before it"),
     ],
+    "9.4.5": [
+        (_reverser(steps=0), "the model has not learned"),                              # no training
+        (_reverser(causal=False), "it reads ahead"),                                    # peeks at the next token
+        (_reverser(shift=False), "predicts the token it reads"),                        # targets not shifted
+        (_reverser(positions=False), "must know where each token is"),                  # positions left out
+        (_reverser(steps=3, returns="losses"), "return the trained model"),             # returns its losses
+        (_reverser(steps=3, returns="pair"), "the logits alone"),                       # returns (logits, weights)
+    ],
 }
 
 
 RIGHT = {
     "9.4.1": [_rms_float64, lambda blocks, x: torch.tensor([v for v in _rms(blocks, x, as_list=True)])],
+    "9.4.5": [_torch_layer, _wider],
 }
 
 
@@ -227,3 +310,79 @@ def test_new_hints_name_their_mistake():
         ok, message = verdict("9.4.2", lambda z, w: -2 * w * torch.logsumexp(z, -1, keepdim=True)
                               * torch.softmax(z, -1) / z.shape[0], seed=seed)
         assert ok is False and "The sign is flipped" in message, message
+
+
+def test_9_4_2_refuses_autograd_however_it_is_called():
+    """Issue 32: 9.4.2 asks for a derivation by hand and accepted z.grad; its message printed the formula."""
+    from torch.func import grad as func_grad
+
+    def loss(z, w):
+        return w * torch.logsumexp(z, -1).pow(2).mean()
+
+    def backward(z, w):
+        z = z.clone().requires_grad_(True)
+        loss(z, w).backward()
+        return z.grad
+
+    def functional(z, w):
+        return func_grad(lambda z: loss(z, w))(z)
+
+    def jacobian(z, w):
+        return torch.autograd.functional.jacobian(lambda z: loss(z, w), z)
+
+    def engine(z, w):
+        z = torch.nn.Parameter(z.clone())
+        torch.autograd.backward(loss(z, w))
+        return z.grad
+
+    def swallowed(z, w):                                 # catches the refusal and answers another way
+        try:
+            return backward(z, w)
+        except Exception:
+            return 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / len(z)
+    for answer in (backward, functional, jacobian, engine, swallowed):
+        for seed in range(3):
+            ok, message = verdict("9.4.2", answer, seed=seed)
+            assert ok is False and "with autograd" in message and "softmax" not in message, message
+    ok, message = verdict("9.4.2", lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / len(z))
+    assert ok and "softmax" not in message and "log Z" not in message, message
+
+
+def test_hints_and_messages_name_the_mistake_not_the_formula():
+    """Issue 32: a hint says what went wrong; it never prints the answer's formula or code."""
+    formulas = re.compile(r"softmax\(z\)|log_softmax\(|sqrt\(mean|mean\(x|x = block\(x\)|\(1 - eps\) one-hot|"
+                          r"-sum\(target|eps / V for every|2 w log Z")
+    wrong = [(n, a) for n in ("9.4.1", "9.4.2", "9.4.3") for a, _ in WRONG.get(n, []) + NEW_WRONG.get(n, [])]
+    wrong += [(n, a) for n in ("9.4.2", "9.4.3") for a, hint in STUDENTS[n] if hint]
+    for number, answer in wrong:
+        ok, message = verdict(number, answer, seed=0)
+        assert ok is False and not formulas.search(message), message
+    for number in ("9.4.1", "9.4.2", "9.4.3", "9.4.5"):
+        assert not formulas.search(EXERCISES[number].done), EXERCISES[number].done
+
+
+def test_9_4_5_states_the_checks_level_and_its_reference_clears_it_on_every_draw():
+    """The open exercise: its text states the level and time limit the check holds; the reference's loss on the
+    reversed half stays far below the level on every draw (about 0.003 against 0.1), a broken answer's far above."""
+    from helpers.exercises import judge
+
+    text = NOTEBOOKS["9.4"].read_text()
+    assert f"must fall below {s9_4.LEVEL} nats per token" in text and s9_4.LEVEL == 0.1
+    assert f"({EXERCISES['9.4.5'].time_limit:g} s at most)" in text
+    losses = {}
+    for name, answer in (("reference", _reverser()), ("positions left out", _reverser(positions=False))):
+        losses[name] = []
+        for seed in range(4):
+            draw = judge.Draw(seed)                                     # the check's own draw, replayed
+            n, digits = draw.choice([4, 5, 6]), draw.integer(8, 11)
+            vocab, T = digits + 1, 2 * n + 1
+            data = torch.Generator().manual_seed(draw.integer(0, 2**31 - 1))
+            with torch.random.fork_rng():
+                torch.manual_seed(draw.integer(0, 2**31 - 1))
+                model = answer(lambda n=n, vocab=vocab, data=data: s9_4.reversal_sequences(32, n, vocab, data), vocab, T)
+            x = s9_4.reversal_sequences(256, n, vocab, torch.Generator().manual_seed(draw.integer(0, 2**31 - 1)))
+            with torch.no_grad():
+                logits = model(x[:, :-1])
+            losses[name].append(torch.nn.functional.cross_entropy(logits[:, n:].flatten(0, 1), x[:, n + 1:].flatten()).item())
+    assert max(losses["reference"]) < s9_4.LEVEL / 5, losses
+    assert min(losses["positions left out"]) > 5 * s9_4.LEVEL, losses

@@ -190,6 +190,32 @@ def test_train_lm_records_the_largest_logit_and_learns():
     assert torch.equal(x[:, :4], x[:, 4:])
 
 
+def test_train_lm_shows_its_progress_and_ends_on_a_quiet_line(monkeypatch, capsys):
+    """Issue 31: 9.4's cell of three train_lm runs (about 24 s) showed only [*]. In a notebook each run's bar
+    ends on the line it began with; nothing is printed or written to stderr."""
+    import IPython.display
+
+    from helpers import progress as progress_module
+
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown[-1].append(repr(obj))
+
+    def display(obj, display_id=False):
+        shown.append([repr(obj)])
+        return Handle()
+
+    monkeypatch.setattr(progress_module, "_in_notebook", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", display)
+    torch.manual_seed(0)
+    lm = LanguageModel(32, 32, 16, heads=2, layers=1, attention=lambda: LogitAttention(16, 2))
+    assert len(train_lm(lm, lr=1e-2, steps=3)) == 3
+    assert [lines[0] for lines in shown] == [lines[-1] for lines in shown] == ["training: 3 steps"]
+    assert capsys.readouterr() == ("", "")
+
+
 def test_additive_attention_weights_are_a_softmax_over_the_keys():
     torch.manual_seed(0)
     c, a = AdditiveAttention(8, 6, 5)(torch.randn(3, 8), torch.randn(3, 4, 6))

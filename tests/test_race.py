@@ -365,3 +365,72 @@ def test_the_race_sizes_its_workers_by_the_cores_it_may_use(monkeypatch, files, 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     assert usable_cores() == want
     assert race_module._lanes(("GRU", "transformer", "RNN"), None)[1] == min(want, 3)
+
+
+@pytest.fixture
+def notebook(monkeypatch):
+    """helpers.progress as in a notebook: each display's objects, in order, one list per display."""
+    import IPython.display
+
+    from helpers import progress as progress_module
+
+    shown = []
+
+    class Handle:
+        def __init__(self, obj):
+            self.objects = [obj]
+
+        def update(self, obj):
+            self.objects.append(obj)
+
+    def display(obj, display_id=False):
+        shown.append(Handle(obj))
+        return shown[-1]
+
+    monkeypatch.setattr(progress_module, "_in_notebook", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", display)
+    return shown
+
+
+def test_in_a_notebook_the_races_bar_is_a_display_that_ends_on_its_quiet_line(notebook, capsys):
+    """Issue 31: race's tqdm bar went to stderr, a pink band under the cell in a notebook."""
+    for workers in (0, 1):
+        race(("RNN",), SMALL, workers=workers)
+    assert [repr(h.objects[0]) for h in notebook] == [repr(h.objects[-1]) for h in notebook] == ["race: 4 steps"] * 2
+    assert capsys.readouterr() == ("", "")
+    with pytest.raises(RuntimeError, match="training GRU failed"):
+        race(("GRU",), SMALL, workers=0, run=fail)
+    assert repr(notebook[-1].objects[-1]) == "race: step 0 of 4"          # a race that failed says how far it got
+    counted = []
+    race(("RNN", "GRU"), SMALL, workers=2, progress=False, on_steps=counted.append)
+    assert sum(counted) == 2 * SMALL.steps and len(notebook) == 3
+    with pytest.raises(ValueError, match="on_steps"):
+        race(("RNN",), SMALL, workers=0, on_steps=3)
+
+
+def test_waiting_for_a_race_shows_how_far_it_is_and_ends_on_a_quiet_line(notebook, capsys):
+    """Issue 31: 9.4's cell that waits for the race showed only [*] for about 30 s."""
+    slow = Setup(steps=400, every=400, test_size=4, batch=4)
+    racing = start_race(slow, names=("RNN",), workers=1)
+    assert racing.total == 400
+    with pytest.raises(concurrent.futures.TimeoutError):
+        racing.result(timeout=0.2)                          # the wait stopped early: the line says how far
+    assert repr(notebook[0].objects[-1]).startswith("race: step ")
+    results = racing.result(timeout=120)
+    assert list(results) == ["RNN"] and racing.steps_done == 400
+    assert repr(notebook[1].objects[0]) == repr(notebook[1].objects[-1]) == "race: 400 steps"
+    assert all(repr(s).startswith("race: step ") for s in notebook[1].objects[1:-1])
+    racing.result(timeout=120)                              # collected again: the same line at once
+    assert [repr(s) for s in notebook[2].objects] == ["race: 400 steps"] * 2
+    quiet = start_race(SMALL, names=("RNN",), workers=0)
+    quiet.result(timeout=120, progress=False)
+    assert len(notebook) == 3 and capsys.readouterr().err == ""
+    refused = start_race(SMALL, names="RNN")
+    assert refused.total is None
+    with pytest.raises(ValueError):
+        refused.result(timeout=120)                         # and no bar for a race that never began
+    assert len(notebook) == 3
+    never = start_race(SMALL, names=("RNN",), workers=0)
+    with pytest.raises(ValueError, match="timeout"):
+        never.result(timeout=-1)
+    never.result(timeout=120, progress=False)

@@ -102,8 +102,8 @@ def shown(path):
         for o in cell.outputs:
             if o.output_type == "stream":
                 text += o.text
-            elif "data" in o:
-                text += o.data.get("text/plain", "")
+            elif "data" in o:                      # a display is a line of its own
+                text += o.data.get("text/plain", "").rstrip("\n") + "\n"
         out.append((i, text))
     return out
 

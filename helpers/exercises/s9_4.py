@@ -1,5 +1,5 @@
 """Section 9.4's checkers, in exercise order: 9.4.1 the residual stream, block by block, 9.4.2 what the z-loss
-does to the logits, 9.4.3 label smoothing."""
+does to the logits, 9.4.3 label smoothing (9.4.4 is a written answer), 9.4.5 a decoder trained to reverse."""
 
 import numbers
 
@@ -58,16 +58,26 @@ def _(answer):
             (_stream(blocks, x, inputs=True), "One value per block, after it: leave out the input."),
             (_stream(blocks, x, inputs=True)[:-1], "Measure after each block, not before it: the first value is the "
                                                    "RMS of block 1's output, the last that of the final block's."),
-            (_stream(blocks, x, reduce="norm"), "The RMS is the square root of the mean of the squares, not the norm."),
-            (_stream(blocks, x, reduce="std"), "The RMS does not subtract the mean: sqrt(mean(x ** 2))."),
+            (_stream(blocks, x, reduce="norm"), "This is the stream's norm, not its RMS: the RMS averages the "
+                                                "squares over the entries, where the norm sums them."),
+            (_stream(blocks, x, reduce="std"), "This is the standard deviation: the RMS does not subtract the mean."),
             (_stream(blocks, x, normalized=True), "Measure the stream itself, x after each block, not its normalized copy."),
-        ], hint="x = block(x) for each block; after each, sqrt(mean(x ** 2)) over all entries.")
+        ], hint="No usual mistake fits: check one block first, where your first value should be the RMS of the "
+                "first block's output over all of its entries.")
 
 
 # 9.4.2: what the z-loss does to the logits ------------------------------------------------------------------
 
-@exercise("9.4.2", "Your gradient matches autograd's: 2 w log Z softmax(z) / N, which pulls every logit down "
-                   "in proportion to its probability while log Z is positive.")
+_AUTOGRAD = ("computes the gradient with autograd (backward, torch.autograd.grad or torch.func), which the exercise "
+             "asks you to do without: differentiate by hand, then write the result with torch operations.")
+
+
+def _autograd(func, args, kwargs):
+    """Whether a torch call is autograd computing a gradient (torch.func's transforms call torch.autograd.grad)."""
+    return func is torch.autograd.grad or func is torch.autograd.backward or func is torch.Tensor.backward
+
+
+@exercise("9.4.2", "Your gradient, derived by hand, matches autograd's on every case.")
 def _(answer):
     r = fresh()
     hidden = [(r.integer(1, 8), r.integer(2, 60), r.uniform(-10.0, 25.0), r.log_uniform(1e-4, 2.0)) for _ in range(2)]
@@ -79,16 +89,17 @@ def _(answer):
         p = torch.softmax(z, -1)
         want = 2 * w * log_z * p / N
         mistakes = [
-            (w * log_z * p / N, "The derivative of (log Z)^2 is 2 log Z times that of log Z: the factor 2 is missing."),
+            (w * log_z * p / N, "A factor 2 is missing, the one from differentiating the square."),
             (2 * w * log_z * p, "The loss is a mean over the N rows: divide by N."),
-            (2 * w * log_z / V / N + 0 * p, "d log Z / dz_j is softmax(z)_j, not 1 / V."),
-            (2 * log_z * p / N, "Multiply by the weight w."),
-            (2 * w * z * p / N, "Use log Z = logsumexp(z) over the row, not the logits themselves."),
-            (-want, "The sign is flipped: the gradient of w (log Z)^2 is +2 w log Z softmax(z) / N, and yours is its "
-                    "negative."),
+            (2 * w * log_z / V / N + 0 * p, "Your gradient is the same for every logit of a row: how much log Z changes "
+                                            "with a logit depends on how large that logit is, not 1 / V for each."),
+            (2 * log_z * p / N, "The weight w is missing."),
+            (2 * w * z * p / N, "The factor from the square is the row's log Z, not the logits themselves."),
+            (-want, "The sign is flipped: yours is the negative of the gradient."),
         ]
-        compare(call(answer, z, w, case=case), want, case, what="gradient", mistakes=mistakes,
-                hint="d/dz_j of w mean_rows (log Z)^2 is 2 w log Z softmax(z)_j / N.")
+        compare(call(answer, z, w, case=case, watch=Watch(_autograd, _AUTOGRAD)), want, case, what="gradient",
+                mistakes=mistakes, hint="No usual mistake fits: differentiate step by step (the mean over rows, the "
+                                        "square, log Z, each logit) and try your result on one row of two logits by hand.")
 
 
 # 9.4.3: label smoothing -------------------------------------------------------------------------------------
@@ -116,7 +127,7 @@ def _label_smoothing(func, args, kwargs):
 _CROSS_ENTROPY = F.cross_entropy
 
 
-@exercise("9.4.3", "Your loss matches cross-entropy against the smoothed targets (1 - eps) one-hot + eps / V.")
+@exercise("9.4.3", "Your loss matches the cross-entropy against the smoothed targets on every case.")
 def _(answer):
     r = fresh()
     if uses_keyword(answer, "label_smoothing"):
@@ -133,16 +144,113 @@ def _(answer):
         no_shrink = -(one_hot + eps / V) * log_p
         not_target = -((1 - eps) * one_hot + eps / V * (1 - one_hot)) * log_p
         mistakes = [
-            (others.sum(-1).mean().item(), "Spread eps over all V classes, the target included (eps / V each), "
-                                           "as the original transformer and F.cross_entropy do, not over the other V - 1."),
-            (no_shrink.sum(-1).mean().item(), "The target keeps 1 - eps (plus its share eps / V), not 1."),
-            (not_target.sum(-1).mean().item(), "The true class gets its share eps / V too: its target is 1 - eps + eps / V."),
-            (-(want.sum(-1)).mean().item(), "A loss is positive: the cross-entropy is -sum(target * log p)."),
+            (others.sum(-1).mean().item(), "You spread eps over the other V - 1 classes: the exercise spreads it over "
+                                           "all V, the true class included, as the original transformer and "
+                                           "F.cross_entropy do, not over the other V - 1."),
+            (no_shrink.sum(-1).mean().item(), "The true class still gets 1 from the one-hot target, not 1 - eps: the "
+                                              "smoothed target must sum to 1."),
+            (not_target.sum(-1).mean().item(), "The true class gets no share of eps: every class gets its share, the true "
+                                               "one too."),
+            ((-one_hot * log_p).sum(-1).mean().item(), "This is the plain cross-entropy: the targets are not smoothed."),
+            (-(want.sum(-1)).mean().item(), "The sign is flipped: a cross-entropy is positive."),
             (want.sum().item(), "Average over the rows, as F.cross_entropy does: a mean, not a sum."),
             ((-((1 - eps) * one_hot + eps / V) * torch.softmax(z, -1)).sum(-1).mean().item(),
-             "Use log-probabilities (log_softmax), not probabilities."),
+             "The cross-entropy takes the log of the probabilities: yours uses the probabilities themselves."),
         ]
         got = call(answer, z, t, eps, case=case, watch=Watch(_label_smoothing, _SMOOTHING))
         compare_number(got, want.sum(-1).mean().item(), case, what="loss", rtol=1e-5, mistakes=mistakes,
-                       hint="Targets (1 - eps) for the true class plus eps / V for every class; "
-                            "loss -sum(target * log_softmax(z)).")
+                       hint="No usual mistake fits: try eps = 0 first, where your loss must be the plain "
+                            "cross-entropy, then one row of two classes by hand.")
+
+
+# 9.4.5: a decoder that reverses (open: the outcome is measured) ---------------------------------------------------
+
+LEVEL = 0.1             # nats per token on the reversed half: the reference reaches about 0.003, a guess about 2.3
+
+
+def reversal_sequences(batch, n, vocab, generator):
+    """``(batch, 2 n + 1)`` token ids: ``n`` digits (ids ``0 .. vocab - 2``), the separator ``vocab - 1``, the digits
+    reversed. The reversed half can be predicted only by reading the first half backwards."""
+    digits = torch.randint(vocab - 1, (batch, n), generator=generator)
+    return torch.cat([digits, torch.full((batch, 1), vocab - 1), digits.flip(1)], dim=1)
+
+
+def _logits(model, x, case, what):
+    """The model's logits for ``x``, checked: a float tensor (B, t, vocab), finite."""
+    try:
+        with torch.no_grad():
+            out = model(x)
+    except Exception as error:  # noqa: BLE001 (told to the reader as the error it is)
+        raise Wrong(f"{case}: the model you returned raised {type(error).__name__} on {what} of shape "
+                    f"{tuple(x.shape)}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}") from None
+    if isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor):
+        raise Wrong(f"{case}: the model should return the logits alone, a tensor, got a {type(out).__name__}")
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        kind = f"a {out.dtype} tensor" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise Wrong(f"{case}: the model should return float logits, got {kind}")
+    return out
+
+
+@exercise("9.4.5", "Your decoder reverses held-out sequences: its loss on the reversed half is below the level, and "
+                   "no prediction reads a later token.", time_limit=60)
+def _(answer):
+    r = fresh()
+    n, digits = r.choice([4, 5, 6]), r.integer(8, 11)
+    vocab, T = digits + 1, 2 * n + 1
+    case = (f"the check (drawn at random: {n} digits of {digits}, then the separator {vocab - 1}, then the digits "
+            f"reversed; vocab = {vocab}, T = {T})")
+    data = torch.Generator().manual_seed(r.integer(0, 2**31 - 1))
+
+    def batch():
+        """32 fresh training sequences, (32, T)."""
+        return reversal_sequences(32, n, vocab, data)
+
+    threads = torch.get_num_threads()
+    with torch.random.fork_rng():
+        torch.manual_seed(r.integer(0, 2**31 - 1))          # the answer's own draws (its initialization)
+        # One thread: a model this small trains fastest on one, and its training is then the same whatever
+        # the machine's thread count (and a busy machine's threads do not wait on each other).
+        torch.set_num_threads(1)
+        try:
+            model = call(answer, batch, vocab, T, case=case)
+        finally:
+            torch.set_num_threads(threads)
+    if not callable(model):
+        raise Wrong(f"{case}: return the trained model (a module that maps token ids to logits), got "
+                    f"{type(model).__name__}")
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    x = reversal_sequences(256, n, vocab, torch.Generator().manual_seed(r.integer(0, 2**31 - 1)))   # held out
+    inputs = x[:, :-1]
+    logits = _logits(model, inputs, case, "token ids")
+    if logits.shape != (256, T - 1, vocab):
+        raise Wrong(f"{case}: for token ids of shape {tuple(inputs.shape)} the logits should have shape "
+                    f"{(256, T - 1, vocab)}, one row of {vocab} per position, got {tuple(logits.shape)}")
+    if not logits.isfinite().all():
+        raise Wrong(f"{case}: the model's logits are not all finite: did training diverge (a learning rate too high)?")
+    # A prediction may read its own token and the earlier ones only: change every token after a cut and compare.
+    for cut in (n - 1, n, T - 3):
+        changed = inputs.clone()
+        changed[:, cut + 1:] = torch.randint(vocab, changed[:, cut + 1:].shape, generator=r.torch)
+        before = _logits(model, changed, case, "token ids")[:, : cut + 1]
+        if not torch.allclose(before, logits[:, : cut + 1], rtol=1e-4, atol=1e-4 * logits.abs().max().item()):
+            raise Wrong(f"{case}: the prediction at position {cut} changed when only later tokens changed: it reads ahead, "
+                        "so it can copy the answer instead of predicting it. The attention must be causal (a mask that "
+                        "hides the later positions), and nothing else may mix positions.")
+    loss = F.cross_entropy(logits[:, n:].flatten(0, 1).double(), x[:, n + 1:].flatten()).item()
+    if loss < LEVEL:
+        return
+    read = F.cross_entropy(logits.flatten(0, 1).double(), inputs.flatten()).item()
+    guess = torch.log(torch.tensor(float(digits))).item()
+    shown = f"loss on the reversed half {loss:.2f} nats per token, above the level {LEVEL}"
+    if read < 0.5:
+        raise Wrong(f"{case}: {shown}. Your model predicts the token it reads, not the next one: was it trained "
+                    "against the tokens it reads? The target at each position is the token after it. (An untrained "
+                    "model whose output layer shares the token embedding's weights also predicts the token it reads.)")
+    if loss > guess - 0.3:
+        raise Wrong(f"{case}: {shown}, about a uniform guess over the {digits} digits ({guess:.2f}): the model has not "
+                    "learned. Does it train (a loss, backward, an optimizer step, in a loop), and is it the trained "
+                    "model you return?")
+    raise Wrong(f"{case}: {shown}, below a uniform guess ({guess:.2f}) but not reversing. To copy the right digit the "
+                "model must know where each token is (position embeddings), and it may need more steps or another "
+                "learning rate.")
