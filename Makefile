@@ -11,7 +11,7 @@ NB     ?= $(sort $(wildcard notebooks/*.md))
 
 .DEFAULT_GOAL := help
 RUNS_PHONY = $(addsuffix .run,$(basename $(sort $(wildcard notebooks/*.md))))
-.PHONY: $(RUNS_PHONY) help setup execute figures test check guarantees bench lab lab-test book site serve site-test clean
+.PHONY: $(RUNS_PHONY) help setup execute figures test check guarantees bench lab lab-test book student site serve site-test clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -57,8 +57,8 @@ check: $(STAMP)  ## check one notebook fast: nbval, its pair and captions, its h
 	$(BIN)/ruff check helpers tests notebooks book conftest.py
 	@args=$$($(BIN)/python tests/check.py $(NB)) && echo "pytest -q -n 2 --dist loadfile $$args" && $(BIN)/pytest -q -n 2 --dist loadfile $$args
 
-guarantees: $(STAMP)  ## execute the chapter again under a simulated hardware matrix (CPU kernels, MKL, threads), offline
-	$(BIN)/pytest -m chapter -n 2 --dist loadgroup tests/test_chapter.py tests/test_outside.py -v
+guarantees: $(STAMP)  ## execute the chapter again under a simulated hardware matrix (CPU kernels, MKL, threads), offline; and the student edition
+	$(BIN)/pytest -m chapter -n 2 --dist loadgroup tests/test_chapter.py tests/test_outside.py tests/test_student.py -v
 
 bench: $(STAMP)  ## execution report: seconds and peak memory per notebook, against tests/budgets.toml
 	$(BIN)/python tests/bench.py $(if $(filter command line,$(origin NB)),$(NB))
@@ -74,15 +74,21 @@ book: execute  ## execute the notebooks, write the figures, and build the site
 # source per page, not the jupytext .md twins; cp -p keeps their times, so a rebuild rereads only what changed.
 # As Sphinx reads a notebook, book/captions.py moves each figure's caption from the markdown cell below it into
 # the figure (on what Sphinx parses, not on the staged file, so its time and the site's download stay as they are).
-SITE := _build/site
+# EDITION=student builds the student edition's site (make student writes its notebooks) into _build/site-student.
+EDITION   ?= book
+SITE      := _build/$(if $(filter student,$(EDITION)),site-student,site)
+NOTEBOOKS := $(if $(filter student,$(EDITION)),_build/student/notebooks,notebooks)
 NPM_STAMP := node_modules/.package-lock.json
 
 $(NPM_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 
-site: $(STAMP) $(NPM_STAMP)  ## build the static site into _build/site/html from the stored notebooks (warnings are errors)
+student: $(STAMP)  ## write the student edition (no solutions) to _build/student, the instructor's copy to _build/instructor
+	$(BIN)/python book/student.py _build
+
+site: $(STAMP) $(NPM_STAMP) $(if $(filter student,$(EDITION)),student)  ## build the site into _build/site/html from the stored notebooks (EDITION=student: the student edition's, into _build/site-student/html)
 	rm -rf $(SITE)/src && mkdir -p $(SITE)/src/notebooks
-	cp -p book/index.md README.md $(SITE)/src/ && cp -p notebooks/*.ipynb $(SITE)/src/notebooks/
+	cp -p book/index.md README.md $(SITE)/src/ && cp -p $(NOTEBOOKS)/*.ipynb $(SITE)/src/notebooks/
 	$(BIN)/sphinx-build -n -W --keep-going -q -b html -c book -d $(SITE)/doctrees $(SITE)/src $(SITE)/html
 	@echo "site: $(SITE)/html/index.html"
 
@@ -91,8 +97,10 @@ serve: site  ## serve the site on http://127.0.0.1:8000 (PORT=...)
 
 # The link check reads every page again for each anchor it checks (about 0.2 s of CPU a link, 879 links):
 # on two workers it took 1m54s here, against 3m02s on one.
-site-test: site  ## open every page in headless Chromium (apt's chromium) and check the site's links
-	$(BIN)/pytest -o addopts='-p no:cacheprovider' book/test_site.py
+# EDITION=student opens the student edition's site (no screenshots: they are for a person to look at).
+site-test: site  ## open every page in headless Chromium (apt's chromium) and check the site's links (EDITION=student: the student site)
+	BOOK_EDITION=$(EDITION) $(BIN)/pytest -o addopts='-p no:cacheprovider' book/test_site.py \
+	  $(if $(filter student,$(EDITION)),-k 'not screenshot')
 	$(BIN)/pytest -o addopts='-p no:cacheprovider' -q -n 2 --check-links --check-anchors --links-ext html \
 	  --check-links-ignore 'https?://.*' $(SITE)/html
 

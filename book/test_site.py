@@ -10,6 +10,7 @@ resolving. A screenshot of each page, light and dark, goes to `_build/site/scree
 import functools
 import importlib.util
 import json
+import os
 import re
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -19,8 +20,13 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SITE = ROOT / "_build" / "site" / "html"
-SHOTS = ROOT / "_build" / "site" / "screenshots"
+# BOOK_EDITION=student tests the student edition's site (make site EDITION=student): the same pages without
+# solutions, and every exercise a starter whose output says "not attempted yet".
+EDITION = os.environ.get("BOOK_EDITION", "book")
+assert EDITION in ("book", "student"), f"BOOK_EDITION is book or student, not {EDITION!r}"
+BUILD = ROOT / "_build" / ("site-student" if EDITION == "student" else "site")
+SITE = BUILD / "html"
+SHOTS = BUILD / "screenshots"
 PAGES = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html") if not p.relative_to(SITE).parts[0].startswith("_"))
 NOTEBOOKS = [p for p in PAGES if p.startswith("notebooks/")]
 spec = importlib.util.spec_from_file_location("captions", ROOT / "book" / "captions.py")
@@ -240,6 +246,9 @@ def test_exercises_are_numbered_listed_and_collapsed(name, server, browser):
         listed = v.page.evaluate("() => [...document.querySelectorAll('.bd-toc nav a')].map(a => a.getAttribute('href'))")
         assert all(f"#{anchor}" in listed for anchor, _ in headings), f"exercises missing from the page's contents: {listed}"
 
+        if EDITION == "student":
+            student_exercises(v)
+            return
         # Reference solutions in code: myst-nb's hide-input toggle, closed; the checker's output shows "correct".
         # (Figure cells are collapsed too, so only the Exercises section's collapsed cells can be solutions.)
         # Check cells (helpers.verify, collapsed too) are not solutions: their output is a .book-checks line.
@@ -269,6 +278,27 @@ def test_exercises_are_numbered_listed_and_collapsed(name, server, browser):
         assert not raw, f"raw markup on the page: {raw[:5]}"
     finally:
         v.close()
+
+
+def student_exercises(v):
+    """The student edition: no solution in any form, each check a starter's, its output not stored (a class
+    runs it), and nothing raw in the text."""
+    exercises = v.page.locator("main section#exercises")
+    html = exercises.inner_html()
+    assert "correct." not in exercises.inner_text(), "a checker's output says correct: a solution ran"
+    assert not re.search(r"sd-summary-text\">\s*Solution", html), "a written solution is on the page"
+    assert not exercises.locator(".cell.tag_solution").count(), "a solution cell is on the page"
+    starters = exercises.locator(".cell:has-text('check(\"')")
+    assert starters.count() >= 3, "no starters"
+    for k in range(starters.count()):
+        cell = starters.nth(k)
+        assert cell.locator(".cell_input").is_visible(), f"starter {k + 1}'s code is hidden"
+        assert "# your code here" in cell.locator(".cell_input").inner_text(), f"starter {k + 1} is not a starter"
+        assert not cell.locator(".cell_output").count(), f"starter {k + 1} shows a stored output"
+    text = v.page.evaluate("""() => { const main = document.querySelector('#exercises').cloneNode(true);
+        main.querySelectorAll('pre, code').forEach(e => e.remove()); return main.innerText; }""")
+    raw = re.findall(r"```|:::|\{code-cell\}|\{dropdown\}|</?details|</?summary|source_hidden|hide-input", text)
+    assert not raw, f"raw markup on the page: {raw[:5]}"
 
 
 # Sections whose page carries controls (helpers.controls): precomputed states behind a plain range input
