@@ -16,6 +16,7 @@ from IPython import get_ipython
 
 VALUES = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset)
 SEEN = []                      # (first line of the cell, {name: (id, value or None, is a module)})
+DELETED = set()                # names some cell deleted with a del statement
 
 
 def reads(source):
@@ -66,6 +67,14 @@ def note(info):
         objects[name] = (id(value), value if isinstance(value, VALUES) else None, type(value).__name__ == "module")
     first = next(itertools.chain((line for line in info.raw_cell.splitlines() if line.strip()), [""]))
     SEEN.append((first[:70], objects))
+    # A name a cell deletes on purpose (`del model`, to free memory) makes an earlier cell that reads it raise
+    # NameError if re-run: a plain error, not a silently different result, so it is not counted as rebound.
+    try:
+        tree = ast.parse(info.raw_cell)
+    except SyntaxError:
+        return
+    DELETED.update(t.id for node in ast.walk(tree) if isinstance(node, ast.Delete)
+                   for t in node.targets if isinstance(t, ast.Name))
 
 
 def _same(a, b):
@@ -87,6 +96,8 @@ def rebound():
     for k, (first, objects) in enumerate(SEEN):
         for name, (ident, value, module) in sorted(objects.items()):
             now = namespace.get(name)
+            if name not in namespace and name in DELETED:
+                continue
             if module or id(now) == ident:
                 continue
             if value is not None and _same(now, value):
