@@ -914,6 +914,12 @@ def as_integer(got, case, what, inf_ok=False):
         return math.inf
     if isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_):
         return int(value)
-    if isinstance(value, float | np.floating) and math.isfinite(value) and float(value).is_integer():
-        return int(value)
+    if isinstance(value, numbers.Real | decimal.Decimal) and not isinstance(value, bool | np.bool_):
+        # Any real number whose value is whole: a float, a NumPy float, a Fraction or a Decimal
+        if value == math.inf and inf_ok:
+            return math.inf
+        if math.isfinite(value) and value == int(value):
+            return int(value)
+        raise Wrong(f"{case}: the {what} should be an integer{' or math.inf' if inf_ok else ''}, got "
+                    f"{_kind(got)} {value}")
     raise Wrong(f"{case}: the {what} should be an integer{' or math.inf' if inf_ok else ''}, got {_kind(got)}")
