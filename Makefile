@@ -45,9 +45,11 @@ $(RUNS): %.run: $(STAMP)
 
 figures: execute  ## write every figure to figures/ (the notebooks save them as they run)
 
+# Two workers, a file each at a time (as make check): each notebook's nbval runs in one kernel on one core
+# while the unit tests take the other; on one worker the suite took 9 to 14 minutes here, and CI has 30.
 test: $(STAMP)  ## unit tests, pair sync, ruff, and nbval over every stored notebook
 	$(BIN)/ruff check helpers tests notebooks book conftest.py
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 # One notebook, for the edit loop: nbval on its .ipynb, its pair and caption tests, the unit tests of
 # the helpers modules it imports and its own section's checker tests (tests/check.py picks them), and ruff.

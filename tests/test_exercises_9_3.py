@@ -8,23 +8,19 @@ edition's here: solution cells tagged ``solution`` holding only the function and
 of an exercise's function under ``if solved(...)``).
 """
 
-import ast
 import contextlib
 import functools
 import io
 import math
-import re
 
 import jupytext
 import pytest
 import torch
 from exercises_common import (
-    CHECK,
     NOTEBOOKS,
     advantage,
     compile_cell,
     each_wrong_answer_is_rejected_with_its_own_message,
-    exercise_cells,
     fails_on_every_seed,
     harvester,
     ids,
@@ -439,50 +435,3 @@ def test_9_3_5_a_position_free_model_gives_a_sequence_and_its_swap_the_same_logi
         model = _Order(9, table).eval()
         with torch.no_grad():
             assert torch.allclose(model(swapped), model(tokens), atol=1e-5) == same
-
-
-# The layout of the student edition (issue 32) ---------------------------------------------------------------------
-
-def _tags(cell):
-    return cell.metadata.get("tags", [])
-
-
-def _exercise_code_cells():
-    return [c for c in exercise_cells(jupytext.read(NOTEBOOKS["9.3"])) if c.cell_type == "code"]
-
-
-def test_the_student_edition_runs_clean():
-    """Solution cells and dropdowns deleted, from a restart: every check is not attempted, every experiment asks for
-    its function first, and nothing raises; no text left speaks of solutions."""
-    nb = jupytext.read(NOTEBOOKS["9.3"])
-    namespace = {}
-    exec(setup_cell(nb).source, namespace)
-    for k, cell in enumerate(c for c in _exercise_code_cells() if "solution" not in _tags(c)):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile_cell(cell.source, f"9.3-student-{k}"), namespace)
-        printed, found = out.getvalue(), CHECK.search(cell.source)
-        if found:
-            assert printed.startswith(f"Exercise {found[1]}: not attempted yet."), printed
-        elif "solved(" in cell.source:
-            assert re.match(r"Exercise 9\.3\.\d+: complete the function above first", printed), printed
-    for cell in exercise_cells(nb):
-        if cell.cell_type == "markdown" and "solution" not in _tags(cell):
-            kept = re.sub(r":::\{dropdown\} Solution\n.*?\n:::", "", cell.source, flags=re.S)
-            assert not re.search(r"\bsolutions?\b", kept, re.I), kept[:200]
-
-
-def test_every_use_of_an_exercise_function_waits_for_its_check():
-    """After its starter and solution, an exercise's function is used only under `if solved("9.3.k", name):`."""
-    cells = _exercise_code_cells()
-    checked = [(*CHECK.search(c.source).groups(), c) for c in cells if CHECK.search(c.source)]
-    names = {name: number for number, name, _ in checked}
-    for cell in cells:
-        if any(cell is c for _, _, c in checked):
-            continue
-        for statement in ast.parse(cell.source).body:
-            used = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)} & set(names)
-            if used:
-                assert isinstance(statement, ast.If), f"unguarded use of {sorted(used)}: {ast.unparse(statement)[:120]}"
-                guard = re.fullmatch(r"solved\('(9\.3\.\d)', (\w+)\)", ast.unparse(statement.test))
-                assert guard and used == {guard[2]} and names[guard[2]] == guard[1], ast.unparse(statement.test)

@@ -8,21 +8,15 @@ edition's here: solution cells tagged ``solution`` holding only the function and
 of an exercise's function under ``if solved(...)``).
 """
 
-import ast
-import contextlib
 import functools
-import io
-import re
 
 import jupytext
 import pytest
 import torch
 from exercises_common import (
-    CHECK,
     NOTEBOOKS,
     compile_cell,
     each_wrong_answer_is_rejected_with_its_own_message,
-    exercise_cells,
     ids,
     new_exercises_accept_correct_answers_written_differently,
     new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases,
@@ -372,75 +366,3 @@ def test_9_6_5_a_position_free_vit_is_rolled_and_shuffled_alike():
         logits = model(images)
         for other in (images.roll((8, 0), dims=(2, 3)), s9_6.shuffle_patches(images, 4, torch.Generator())):
             assert torch.allclose(model(other), logits, atol=1e-5)
-
-
-# The layout of the student edition (issue 32) ---------------------------------------------------------------------
-
-GUARD = re.compile(r"^solved\(['\"](9\.6\.\d+)['\"], (\w+)\)$")
-
-
-def _tags(cell):
-    return cell.metadata.get("tags", [])
-
-
-def _exercise_code_cells():
-    return [c for c in exercise_cells(jupytext.read(NOTEBOOKS["9.6"])) if c.cell_type == "code"]
-
-
-def _checked():
-    return [(*CHECK.search(c.source).groups(), c) for c in _exercise_code_cells() if CHECK.search(c.source)]
-
-
-def test_solution_cells_hold_only_the_function_and_its_check():
-    """What pasting into the starter would put there: imports, the one function, and the starter's check line."""
-    cells = _checked()
-    for (number, name, starter), (number_, name_, solution) in zip(cells[0::2], cells[1::2], strict=True):
-        assert (number, name) == (number_, name_)
-        assert "solution" in _tags(solution) and "solution" not in _tags(starter), (number, _tags(solution))
-        body = ast.parse(solution.source).body
-        kinds = [type(s).__name__ for s in body]
-        assert kinds[-1] == "Expr" and kinds.count("FunctionDef") == 1, (number, kinds)
-        assert all(k in ("Import", "ImportFrom", "FunctionDef") for k in kinds[:-1]), (number, kinds)
-        assert next(s.name for s in body if isinstance(s, ast.FunctionDef)) == name
-        assert solution.source.rstrip().splitlines()[-1] == starter.source.rstrip().splitlines()[-1] == \
-            f'check("{number}", {name})'
-
-
-def test_every_cell_that_uses_an_exercise_function_is_guarded():
-    """After its starter, an exercise's function is used only under `if solved("9.6.k", name):`."""
-    checked = _checked()
-    names = {name: number for number, name, _ in checked}
-    for cell in _exercise_code_cells():
-        if CHECK.search(cell.source):                     # a starter, or its solution
-            continue
-        for statement in ast.parse(cell.source).body:
-            used = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)} & set(names)
-            if not used:
-                continue
-            assert isinstance(statement, ast.If), f"unguarded use of {sorted(used)}: {ast.unparse(statement)[:120]}"
-            guard = GUARD.match(ast.unparse(statement.test))
-            assert guard and guard[2] in used and names[guard[2]] == guard[1], ast.unparse(statement.test)
-            assert not statement.orelse
-            inside = {n.id for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Name)} & set(names)
-            assert inside <= {guard[2]}, f"{guard[1]}'s experiment uses {sorted(inside - {guard[2]})} too"
-
-
-def test_the_student_edition_runs_clean():
-    """Solution cells and dropdowns deleted, from a restart: every check is not attempted, every experiment asks for
-    its function first, and nothing raises."""
-    nb = jupytext.read(NOTEBOOKS["9.6"])
-    namespace = {}
-    exec(setup_cell(nb).source, namespace)
-    for k, cell in enumerate(c for c in _exercise_code_cells() if "solution" not in _tags(c)):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile_cell(cell.source, f"9.6-student-{k}"), namespace)
-        printed, found = out.getvalue(), CHECK.search(cell.source)
-        if found:
-            assert printed.startswith(f"Exercise {found[1]}: not attempted yet."), printed
-        elif "solved(" in cell.source:
-            assert re.match(r"Exercise 9\.6\.\d+: complete the function above first", printed), printed
-    for cell in exercise_cells(nb):
-        if cell.cell_type == "markdown" and ":::{dropdown} Solution" in cell.source:
-            kept = re.sub(r":::\{dropdown\} Solution\n.*?\n:::", "", cell.source, flags=re.S)
-            assert "Solution" not in kept, kept[:200]
