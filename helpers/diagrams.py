@@ -240,6 +240,49 @@ def heatmap_row(panels, ylabel, figsize=None):
     return fig
 
 
+def two_decimals(v):
+    """``v`` written to 2 decimals, a small negative number as 0.00 (not -0.00)."""
+    return f"{round(v, 2) + 0.0:.2f}"
+
+
+# 9.2's attention heat maps: scores and outputs on one diverging scale, weights from 0 (white) to 1 (blue).
+SIGNED_STYLE = dict(cmap="PuOr_r", vmin=-1.5, vmax=1.5, fmt=two_decimals)
+WEIGHT_STYLE = dict(cmap="Blues", vmin=0, vmax=1, fmt=two_decimals)
+
+
+def attention_maps(tokens, hidden, weights, outputs, scores=None, figsize=None):
+    """9.2's heat maps of masked self-attention on one sequence of ``T = len(tokens)`` tokens, side by side
+    (``heatmap_row``): the ``scores (T, T)``, if given; the mask ``hidden (T, T)``, bool, True where a key is
+    hidden, drawn as the 0 or -inf added to the scores (``MASK_STYLE``); the ``weights (T, T)``, blank where
+    hidden; and the ``outputs (T, d_v)``. Scores and outputs share ``SIGNED_STYLE``'s scale, the weights take
+    ``WEIGHT_STYLE``'s, each value written by ``two_decimals``. Every panel's rows, and the key columns, are
+    labelled with ``tokens``. Returns the figure."""
+    tokens = [str(t) for t in tokens]
+    T = len(tokens)
+    if tensor(hidden, "hidden").dtype != torch.bool or tuple(hidden.shape) != (T, T):
+        raise ValueError(f"hidden must be a ({T}, {T}) bool tensor, one row and one column a token,"
+                         f" got {hidden.dtype} of shape {tuple(hidden.shape)}")
+    for name, values in (("scores", scores), ("weights", weights), ("outputs", outputs)):
+        if values is None and name != "scores":
+            raise ValueError(f"{name} must be a matrix, got None")
+        shape = None if values is None else _matrix(values, name).shape
+        if shape is not None and (shape[0] != T or (name != "outputs" and shape[1] != T)):
+            raise ValueError(f"{name} must have {T} rows{'' if name == 'outputs' else f' and {T} columns'},"
+                             f" one a token, got shape {shape}")
+    blank = torch.as_tensor(_matrix(weights)).masked_fill(hidden.cpu(), float("nan"))   # NaN: a blank cell
+    panels = [] if scores is None else [(scores, r"scores $QK^\top/\sqrt{d_k}$", "key $j$", SIGNED_STYLE)]
+    panels += [(hidden.float(), "mask $M$", "key $j$", MASK_STYLE), (blank, "weights $A$", "key $j$", WEIGHT_STYLE),
+               (outputs, "outputs $Y = AV$", "value coordinate", SIGNED_STYLE)]
+    fig = heatmap_row(panels, ylabel="query $i$", figsize=figsize or (11 if scores is not None else 9.5, 3.6))
+    with _closed_on_error(fig):
+        for ax in fig.axes:
+            ax.set_yticks(range(T), tokens)
+        for ax in fig.axes[:-1]:                                  # every panel but the outputs: keys across
+            ax.set_xticks(range(T), tokens, rotation=90)
+        fig.tight_layout()
+    return fig
+
+
 def cost_crossover(lengths, counts, d):
     """9.2's cost figure: FLOPs counted per forward pass of a transformer block against the cost model.
 
@@ -286,18 +329,22 @@ def cost_crossover(lengths, counts, d):
     return fig
 
 
-def saturation_panels(sigmas, p_max, norm, eps, marks):
+def saturation_panels(sigmas, p_max, norm, eps, marks, exact=None):
     """Appendix A's figure: softmax saturation against the spread ``sigmas (S,)`` of the scores.
 
-    ``p_max``, ``norm`` and ``eps`` are ``(S, N)``: the largest weight, the Jacobian's Frobenius norm and
-    ``1 - p_max`` of N score vectors at each spread. Left: the mean largest weight, the mean and median
+    ``p_max`` and ``norm`` are ``(S, N)``: the largest weight and the Jacobian's Frobenius norm of N score
+    vectors at each spread. ``eps (S, M)`` is ``1 - p_max`` of the first M of them (M <= N) and ``exact
+    (S, M)`` their norms (default ``norm[:, :M]``). Left: the mean largest weight, the mean and median
     norm, a dotted line at the mean norm at spread 1, and a vertical line at each ``{sigma: label}`` of
-    ``marks``. Right: every vector's norm against its ``eps`` (those above 1e-12, below which both are
-    rounding noise) between the bounds ``p_max * eps`` and ``4 * eps``. Returns the figure.
+    ``marks``. Right: each of the M vectors' norm against its ``eps`` (those above 1e-12, below which both
+    are rounding noise) between the bounds ``p_max * eps`` and ``4 * eps``. Returns the figure.
     """
     sigmas, p_max, norm, eps = (torch.as_tensor(t, dtype=torch.float64) for t in (sigmas, p_max, norm, eps))
-    if sigmas.dim() != 1 or not p_max.shape == norm.shape == eps.shape == (len(sigmas), p_max.shape[-1]):
-        raise ValueError("sigmas must be (S,) and p_max, norm, eps (S, N)")
+    if sigmas.dim() != 1 or not p_max.shape == norm.shape == (len(sigmas), p_max.shape[-1]):
+        raise ValueError("sigmas must be (S,) and p_max, norm (S, N)")
+    exact = norm[:, :eps.shape[-1]] if exact is None else torch.as_tensor(exact, dtype=torch.float64)
+    if not eps.shape == exact.shape == (len(sigmas), eps.shape[-1]) or eps.shape[-1] > norm.shape[-1]:
+        raise ValueError("eps and exact must be (S, M), M <= N")
     if not isinstance(marks, Mapping):
         raise ValueError(f"marks must be a dict {{sigma: label}}, got {type(marks).__name__} {marks!r:.60}")
     fig, (left, right) = plt.subplots(1, 2)
@@ -305,19 +352,20 @@ def saturation_panels(sigmas, p_max, norm, eps, marks):
     left.plot(sigmas, norm.mean(1), color=PALETTE["blue"], marker="s", ms=3, label="mean $\\|J\\|_F$")
     left.plot(sigmas, norm.median(1).values, color=PALETTE["blue"], ls="--", lw=1, label="median $\\|J\\|_F$")
     at_one = norm[torch.argmin((sigmas - 1).abs())].mean()
-    left.axhline(at_one, color=PALETTE["blue"], ls=":", lw=1)
+    left.axhline(at_one, color=PALETTE["blue"], ls=":", lw=1, label="mean $\\|J\\|_F$ at $\\sigma=1$")
     for sigma, text in marks.items():
         left.axvline(sigma, color="gray", ls=":", lw=1)
         left.text(sigma * 1.08, 0.4, text, fontsize=8, color="gray", rotation=90, va="bottom")
     left.set(xscale="log", xlabel="spread of the scores $\\sigma$", ylabel="mean or median over the queries",
-             ylim=(0, 1.05))
+             ylim=(0, 1.05), title=f"{norm.shape[-1]:,} queries at each $\\sigma$")
     left.legend(loc="upper left", fontsize=8)
     keep = eps > 1e-12
-    right.loglog(eps[keep], norm[keep], ".", ms=2, alpha=0.3, color=PALETTE["blue"], label="score vectors")
+    right.loglog(eps[keep], exact[keep], ".", ms=2, alpha=0.3, color=PALETTE["blue"], label="one query at one $\\sigma$")
     e = torch.logspace(-12, 0, 50).clamp_max(float(eps.max()))
     right.loglog(e, 4 * e, color=PALETTE["black"], lw=1, label="$4\\varepsilon$")
     right.loglog(e, e * (1 - e), color=PALETTE["black"], lw=1, ls="--", label="$p_{\\max}\\varepsilon$")
-    right.set(xlabel="$\\varepsilon = 1 - p_{\\max}$", ylabel="$\\|J\\|_F$")
+    right.set(xlabel="$\\varepsilon = 1 - p_{\\max}$", ylabel="$\\|J\\|_F$",
+              title=f"the first {eps.shape[-1]:,} queries, every $\\sigma$")
     right.legend(fontsize=8, markerscale=4)
     fig.tight_layout()
     return fig
@@ -333,13 +381,13 @@ def offset_panels(S, offsets, curve, at_zero):
     T = S.shape[0]
     fig, (left, right) = plt.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.7]}, layout="constrained")
     image = left.imshow(S)
-    left.set(xlabel="key position $n$", ylabel="query position $m$")
+    left.set(xlabel="key position $n$", ylabel="query position $m$", title="score of query $m$ and key $n$")
     fig.colorbar(image, ax=left, shrink=0.8, label="score")
     m, n = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
     right.plot(offsets, curve, color=PALETTE["black"], lw=0.8, label="closed form")
     right.plot((n - m).flatten(), S.flatten(), "o", ms=3, alpha=0.3, color=PALETTE["orange"], label=f"all {T * T:,} scores")
     right.plot(0, at_zero, "s", color=PALETTE["blue"], label="offset 0: $q^\\top k$")
-    right.set(xlabel="offset $n - m$", ylabel="score $(R_mq)^\\top(R_nk)$")
+    right.set(xlabel="offset $n - m$", ylabel="score $(R_mq)^\\top(R_nk)$", title="the same scores against the offset")
     right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=3)
     return fig
 

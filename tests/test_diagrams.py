@@ -87,6 +87,49 @@ def test_heatmap_row_draws_one_panel_per_matrix_as_wide_as_its_columns():
         diagrams.heatmap_row([], ylabel="query")
 
 
+def test_two_decimals_writes_no_negative_zero():
+    assert [diagrams.two_decimals(v) for v in (-0.004, -0.0, 0.004, -0.006, 1.234, -1.5)] == \
+        ["0.00", "0.00", "0.00", "-0.01", "1.23", "-1.50"]
+
+
+def test_attention_maps_draws_9_2s_panels_labelled_with_the_tokens():
+    """Figure 9.2.2 and 9.2's mask control: scores (if given), mask, weights blank where hidden, outputs."""
+    tokens, hidden = ["a", "b", "c"], causal_mask(3)
+    weights = torch.softmax(torch.zeros(3, 3).masked_fill(hidden, float("-inf")), -1)
+    outputs = torch.tensor([[-0.001, 0.5], [1.0, -2.0], [0.0, 0.25]])
+    fig = diagrams.attention_maps(tokens, hidden, weights, outputs, scores=torch.full((3, 3), -0.002))
+    try:
+        axes = fig.axes
+        assert [a.get_title() for a in axes] == [r"scores $QK^\top/\sqrt{d_k}$", "mask $M$", "weights $A$",
+                                                 "outputs $Y = AV$"]
+        assert all([t.get_text() for t in a.get_yticklabels()] == tokens for a in axes)
+        assert all([t.get_text() for t in a.get_xticklabels()] == tokens for a in axes[:3])
+        assert axes[3].get_xlabel() == "value coordinate" and len(axes[3].get_xticks()) == 2
+        blank = torch.from_numpy(axes[2].images[0].get_array().filled(float("nan"))).isnan()
+        assert torch.equal(blank, hidden) and len(axes[2].texts) == 6            # hidden weights: blank, unlabelled
+        assert [t.get_text() for t in axes[1].texts] == [diagrams.MASK_STYLE["fmt"](h) for h in hidden.flatten().tolist()]
+        assert axes[0].images[0].get_clim() == axes[3].images[0].get_clim() == (-1.5, 1.5)
+        assert axes[2].images[0].get_clim() == (0, 1)
+        assert [t.get_text() for t in axes[3].texts] == ["0.00", "0.50", "1.00", "-2.00", "0.00", "0.25"]
+        assert {t.get_text() for t in axes[0].texts} == {"0.00"}                    # -0.002: not -0.00
+    finally:
+        plt.close(fig)
+    fig = diagrams.attention_maps(tokens, hidden, weights, outputs)                # no scores: three panels
+    try:
+        assert [a.get_title() for a in fig.axes] == ["mask $M$", "weights $A$", "outputs $Y = AV$"]
+    finally:
+        plt.close(fig)
+    before = plt.get_fignums()
+    for call, match in ((lambda: diagrams.attention_maps(tokens, hidden.float(), weights, outputs), "bool"),
+                        (lambda: diagrams.attention_maps(tokens[:2], hidden, weights, outputs), r"\(2, 2\)"),
+                        (lambda: diagrams.attention_maps(tokens, hidden, weights[:, :2], outputs), "weights must"),
+                        (lambda: diagrams.attention_maps(tokens, hidden, weights, outputs[:2]), "outputs must"),
+                        (lambda: diagrams.attention_maps(tokens, hidden, weights, outputs, scores=weights[:2]), "scores")):
+        with pytest.raises(ValueError, match=match):
+            call()
+    assert plt.get_fignums() == before
+
+
 def test_cost_crossover_draws_the_counts_against_the_model():
     lengths = [16, 64, 256]
     counts = {w: [(24 * T * w * w, 4 * T * T * w) for T in lengths] for w in (8, 32)}
@@ -132,10 +175,32 @@ def test_saturation_panels_label_both_axes_and_mark_the_scaled_norm():
         median = [line for line in left.lines if line.get_label() == "median $\\|J\\|_F$"][0]
         assert list(median.get_ydata()) == pytest.approx([0.1, 0.3, 0.03])
         assert {t.get_text() for t in left.texts} == {"scaled", "$d_k=16$"}
+        assert horizontal[0].get_label() == "mean $\\|J\\|_F$ at $\\sigma=1$"      # named in the legend
+        assert left.get_title() and right.get_title()
     finally:
         plt.close(fig)
     with pytest.raises(ValueError, match="sigmas must be"):
         diagrams.saturation_panels(sigmas, p_max[:2], norm, eps, marks={})
+
+
+def test_saturation_panels_scatter_the_first_vectors_with_their_exact_norms():
+    """The right panel may show fewer vectors than the left averages, with norms computed another way."""
+    sigmas = torch.tensor([0.5, 1.0, 4.0])
+    p_max = torch.tensor([[0.1, 0.2, 0.1], [0.3, 0.4, 0.5], [0.9, 0.99, 0.95]])
+    norm = torch.tensor([[0.1, 0.1, 0.1], [0.2, 0.4, 0.3], [0.05, 0.01, 0.03]])
+    eps, exact = 1 - p_max[:, :2], norm[:, :2] * 1.01
+    fig = diagrams.saturation_panels(sigmas, p_max, norm, eps, marks={}, exact=exact)
+    try:
+        left, right = fig.axes
+        dots = [line for line in right.lines if line.get_linestyle() == "None"][0]
+        assert sorted(dots.get_ydata()) == pytest.approx(sorted(exact.flatten().tolist()))
+        assert "3 queries" in left.get_title() and "first 2 queries" in right.get_title()
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="eps and exact must be"):
+        diagrams.saturation_panels(sigmas, p_max, norm, eps, marks={}, exact=exact[:, :1])
+    with pytest.raises(ValueError, match="M <= N"):
+        diagrams.saturation_panels(sigmas, p_max, norm, torch.ones(3, 4) / 2, marks={})
 
 
 def test_offset_panels_label_the_colour_bar_and_plot_every_score():
@@ -149,6 +214,7 @@ def test_offset_panels_label_the_colour_bar_and_plot_every_score():
         scores = [line for line in right.lines if line.get_label() == f"all {T * T:,} scores"][0]
         assert len(scores.get_xdata()) == T * T and list(scores.get_xdata()) == list(scores.get_ydata())
         assert left.get_xlabel() == "key position $n$" and left.get_ylabel() == "query position $m$"
+        assert left.get_title() and right.get_title()
     finally:
         plt.close(fig)
     with pytest.raises(ValueError, match="square"):
