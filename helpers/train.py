@@ -1,5 +1,6 @@
 """A small training loop, with its progress shown as it runs (helpers.progress)."""
 
+import contextlib
 import math
 
 import torch
@@ -14,6 +15,20 @@ def _check(steps, lr, clip):
     positive_float(lr, "lr")
     if clip is not None:
         positive_float(clip, "clip")          # NaN would clip every gradient to NaN
+
+
+@contextlib.contextmanager
+def _threads(n):
+    """Torch's CPU kernels on ``n`` threads while inside (None: as they are), then on the count there was."""
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(positive_int(n, "threads"))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _step(model, opt, loss, clip, step):
@@ -32,21 +47,26 @@ def _step(model, opt, loss, clip, step):
     return value
 
 
-def train(model, batch_fn, loss_fn, steps, lr=1e-3, clip=1.0, desc="training"):
+def train(model, batch_fn, loss_fn, steps, lr=1e-3, clip=1.0, desc="training", threads=1):
     """Train ``model`` with Adam and gradient clipping; return the list of training losses.
 
     ``batch_fn(step)`` returns the inputs of ``loss_fn(model, batch) -> scalar loss``. The model is
     left in eval mode, also when a step fails; a non-finite loss raises ``FloatingPointError``.
+
+    The steps run on ``threads`` torch threads (None: as many as are set), and the count set before
+    is restored after, also when a step fails. One thread is the default: a run's losses and weights
+    then do not depend on how many threads a machine would use, which changes the order of the sums.
     """
     _check(steps, lr, clip)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
-    model.train()
-    try:
-        for step in progress(range(steps), desc=desc):
-            losses.append(_step(model, opt, loss_fn(model, batch_fn(step)), clip, step))
-    finally:
-        model.eval()
+    with _threads(threads):
+        model.train()
+        try:
+            for step in progress(range(steps), desc=desc):
+                losses.append(_step(model, opt, loss_fn(model, batch_fn(step)), clip, step))
+        finally:
+            model.eval()
     return losses
 
 

@@ -241,6 +241,34 @@ def test_train_leaves_eval_mode_even_when_the_loss_raises():
     assert not model.training
 
 
+def test_train_runs_on_one_thread_and_restores_the_count():
+    model = nn.Linear(1, 1)
+    seen = []
+
+    def loss_fn(m, batch):
+        seen.append(torch.get_num_threads())
+        if len(seen) == 3:
+            raise KeyError("bad batch")
+        return m(torch.ones(1, 1)).sum()
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        train(model, lambda step: None, loss_fn, steps=2)
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+        with pytest.raises(KeyError, match="bad batch"):            # restored when a step fails too
+            train(model, lambda step: None, loss_fn, steps=2)
+        assert torch.get_num_threads() == 2
+        seen.clear()
+        train(model, lambda step: None, loss_fn, steps=2, threads=None)   # None: the count as it is
+        assert seen == [2, 2]
+        with pytest.raises(ValueError, match="threads must be a positive int, got 0"):
+            train(model, lambda step: None, loss_fn, steps=1, threads=0)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("value", [2**32, 2**64, -1])
 def test_a_refused_seed_changes_no_generator(value):
     import random
