@@ -1,7 +1,10 @@
 """Section 9.6's checkers, in exercise order: 9.6.1 patch embedding with the channels last, 9.6.2 a relative
 position bias inside a Swin window, 9.6.3 fine-tuning a ViT at a higher resolution, 9.6.5 a ViT that finds a square
-(9.6.4 is answered in words). The images of 9.6.4 and 9.6.5 are drawn here too (``quadrant_images``, ``bar_images``,
-``shuffle_patches``), so that the notebook's experiment and the check draw the same kind."""
+(9.6.4 is answered in words). The images of 9.6.4 and 9.6.5 are drawn here too (``quadrant_images``, ``bar_images``),
+so that the notebook's experiment and the check draw the same kind, and the experiment's training runs here
+(``fit``, ``held_out_accuracy``) on one thread, as the check's does."""
+
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -143,14 +146,42 @@ def bar_images(n, generator):
     return images + colour[:, :, None, None] * bar[:, None], labels
 
 
-def shuffle_patches(images, P, generator):
-    """``images (n, C, H, W)`` with their ``P x P`` patches in a random order, each image in its own."""
-    n, C, H, W = images.shape
-    h, w = H // P, W // P
-    patches = images.reshape(n, C, h, P, w, P).permute(0, 2, 4, 1, 3, 5).reshape(n, h * w, C, P, P)
-    order = torch.rand(n, h * w, generator=generator).argsort(1)
-    patches = patches[torch.arange(n)[:, None], order]                              # (n, h * w, C, P, P)
-    return patches.reshape(n, h, w, C, P, P).permute(0, 3, 1, 4, 2, 5).reshape(n, C, H, W)
+@contextlib.contextmanager
+def one_thread():
+    """Torch's CPU kernels on one thread while inside, then on the count there was. A model this small trains fastest
+    there, its training is then the same whatever the machine's thread count, and on a busy machine two threads can
+    wait on each other for most of the time."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def fit(model, images, labels, steps=300, lr=3e-3, batch=32):
+    """``model`` trained with Adam on ``steps`` batches of ``batch`` images drawn at random from ``images``, its
+    weights that require gradients only; returned in eval mode."""
+    optimizer = torch.optim.Adam([w for w in model.parameters() if w.requires_grad], lr=lr)
+    model.train()
+    for _ in range(steps):
+        i = torch.randint(len(images), (batch,))
+        loss = F.cross_entropy(model(images[i]), labels[i])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+def held_out_accuracy(train, seen, new, seed=0):
+    """The share of the new images ``new = (images, labels)`` that the model ``train(*seen)`` returns gets right,
+    trained on ``seen = (images, labels)``. Torch's own draws while it trains (the initialization, the batches)
+    are seeded by ``seed``, apart from the caller's, and it trains on one thread (``one_thread``)."""
+    with one_thread(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = train(*seen)
+    with torch.no_grad():
+        return (model.eval()(new[0]).argmax(-1) == new[1]).float().mean().item()
 
 
 # 9.6.5: a ViT that finds the square --------------------------------------------------------------------------
@@ -180,22 +211,19 @@ def _accuracy(logits, labels):
 @exercise("9.6.5", f"Your model, trained on {TRAIN:,} images, finds the square's quadrant in at least {NEEDED:.0%} of "
                    f"{HELD_OUT:,} new ones.", time_limit=60)
 def _(answer):
+    with one_thread():                  # the training and the measures on one thread (one_thread says why)
+        _quadrants(answer)
+
+
+def _quadrants(answer):
     r = fresh()
     g = generator()
     case = f"{TRAIN:,} training images, {HELD_OUT:,} new ones"
     images, labels = quadrant_images(TRAIN, g)
     new, new_labels = quadrant_images(HELD_OUT, g)
-    # The reader's draws (initialization, batches) seeded by the check, on one thread: a model this small trains
-    # fastest there, its training is then the same whatever the machine's thread count, and on a busy machine two
-    # threads can wait on each other for most of the check's time.
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(r.integer(0, 2 ** 31 - 1))
-            model = call(answer, images, labels, case=case)
-    finally:
-        torch.set_num_threads(threads)
+    with torch.random.fork_rng(devices=[]):     # the reader's draws (initialization, batches), seeded by the check
+        torch.manual_seed(r.integer(0, 2 ** 31 - 1))
+        model = call(answer, images, labels, case=case)
     name = getattr(answer, "__name__", "your function")
     if not isinstance(model, nn.Module):
         raise Wrong(f"{case}: {name} should return the trained model (an nn.Module), got {type(model).__name__}.")
