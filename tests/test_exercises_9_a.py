@@ -8,9 +8,6 @@ that uses an exercise's function runs it under ``if solved(...)``, so that the s
 deleted) runs clean.
 """
 
-import ast
-import contextlib
-import io
 import re
 
 import jupytext
@@ -18,7 +15,6 @@ import pytest
 import torch
 from exercises_common import (
     NOTEBOOKS,
-    compile_cell,
     exercise_cells,
     hidden,
     ids,
@@ -207,81 +203,3 @@ def test_appendix_has_two_or_three_exercises_laid_out_as_the_sections():
     pairs = [(number, hidden(cell)) for number, _, cell in _appendix_cells()]
     assert pairs[0::2] == [(n, False) for n, _ in pairs[0::2]] and pairs[1::2] == [(n, True) for n, _ in pairs[0::2]]
     assert {n for n in EXERCISES if n.startswith("9.A.")} == {n for n, _ in pairs}
-
-
-# The layout of the student edition (issue 32) ---------------------------------------------------------------------
-
-GUARD = re.compile(r"^solved\(['\"](9\.A\.\d+)['\"], (\w+)\)$")
-
-
-def _tags(cell):
-    return cell.metadata.get("tags", [])
-
-
-def _exercise_code_cells():
-    return [c for c in exercise_cells(jupytext.read(APPENDIX)) if c.cell_type == "code"]
-
-
-def test_solution_cells_hold_only_the_function_and_its_check():
-    """What pasting into the starter would put there: imports, the one function, and the starter's check line."""
-    cells = _appendix_cells()
-    for (number, name, starter), (number_, name_, solution) in zip(cells[0::2], cells[1::2], strict=True):
-        assert (number, name) == (number_, name_)
-        assert "solution" in _tags(solution) and "solution" not in _tags(starter), (number, _tags(solution))
-        body = ast.parse(solution.source).body
-        kinds = [type(s).__name__ for s in body]
-        assert kinds[-1] == "Expr" and kinds.count("FunctionDef") == 1, (number, kinds)
-        assert all(k in ("Import", "ImportFrom", "FunctionDef") for k in kinds[:-1]), (number, kinds)
-        assert next(s.name for s in body if isinstance(s, ast.FunctionDef)) == name
-        assert solution.source.rstrip().splitlines()[-1] == starter.source.rstrip().splitlines()[-1] == \
-            f'check("{number}", {name})'
-
-
-def test_every_cell_that_uses_an_exercise_function_is_guarded():
-    """After its starter, an exercise's function is used only under `if solved("9.A.k", name):`."""
-    names = {name: number for number, name, _ in _appendix_cells()}
-    checked = {id(c) for _, _, c in _appendix_cells()}
-    for cell in _exercise_code_cells():
-        if id(cell) in checked or cell.source in {c.source for _, _, c in _appendix_cells()}:
-            continue
-        for statement in ast.parse(cell.source).body:
-            used = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)} & set(names)
-            if not used:
-                continue
-            assert isinstance(statement, ast.If), f"unguarded use of {sorted(used)}: {ast.unparse(statement)[:120]}"
-            guard = GUARD.match(ast.unparse(statement.test))
-            assert guard and guard[2] in used and names[guard[2]] == guard[1], ast.unparse(statement.test)
-            assert not statement.orelse
-            inside = {n.id for s in statement.body for n in ast.walk(s) if isinstance(n, ast.Name)} & set(names)
-            assert inside <= {guard[2]}, f"{guard[1]}'s experiment uses {sorted(inside - {guard[2]})} too"
-
-
-def _run_exercises(cells):
-    """The setup cell, then ``cells``: what each printed (an exception propagates)."""
-    nb = jupytext.read(APPENDIX)
-    namespace, printed = {}, []
-    try:
-        exec(next(c for c in nb.cells if c.cell_type == "code" and "remove-cell" not in _tags(c)).source, namespace)
-        for k, cell in enumerate(cells):
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                exec(compile_cell(cell.source, f"9.A-student-{k}"), namespace)
-            printed.append(out.getvalue())
-    finally:
-        torch.set_default_dtype(torch.float32)
-    return printed
-
-
-def test_the_student_edition_runs_clean():
-    """Solution cells and dropdowns deleted: every check is not attempted, every experiment asks for the function."""
-    cells = [c for c in _exercise_code_cells() if "solution" not in _tags(c)]
-    for cell, printed in zip(cells, _run_exercises(cells), strict=True):
-        found = CHECK_A.search(cell.source)
-        if found:
-            assert printed.startswith(f"Exercise {found[1]}: not attempted yet."), printed
-        else:
-            assert re.match(r"Exercise 9\.A\.\d+: complete the function above first", printed), printed
-    for cell in exercise_cells(jupytext.read(APPENDIX)):
-        if cell.cell_type == "markdown" and ":::{dropdown} Solution" in cell.source:
-            kept = re.sub(r":::\{dropdown\} Solution\n.*?\n:::", "", cell.source, flags=re.S)
-            assert "Solution" not in kept, kept[:200]
