@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from helpers.checks import positive_float, positive_int
-from helpers.progress import progress
 
 
 def _sync(device):
@@ -201,9 +200,9 @@ def peak_memories(methods, lengths, d=64, heads=1, device=None, dtype=torch.floa
     ``{name: [bytes at each length]}``. Every call runs with torch's CPU kernels on ``threads`` threads
     (default 1, as ``timings`` times them), so that what is measured is the method's memory, the same
     on any machine, and not the number of the machine's cores times a kernel's buffer per thread
-    (``peak_memory``); None leaves the caller's thread count. How far it got is shown by ``helpers.progress``:
-    in a notebook one line, updated in place, that ends as it began ("peak memory (cpu): 6 steps", the same on
-    any machine); elsewhere tqdm on stderr.
+    (``peak_memory``); None leaves the caller's thread count. It shows no progress: section 9.5's
+    measurements take seconds, and a progress line left under its cell ("peak memory (cpu): 6 steps") told
+    a reader nothing.
     """
     if not methods:
         raise ValueError("give at least one method")
@@ -215,7 +214,7 @@ def peak_memories(methods, lengths, d=64, heads=1, device=None, dtype=torch.floa
     g = torch.Generator(device=device).manual_seed(_seed(seed))
     results = {name: [] for name in methods}
     with torch.no_grad():
-        for T in progress(lengths, desc=f"peak memory ({device.type})"):
+        for T in lengths:
             q, k, v = inputs(T, g, device)
             for name, f in methods.items():
                 results[name].append(peak_memory(functools.partial(f, q, k, v), device, threads))
@@ -301,12 +300,17 @@ def matmul_reference(d=64, dtype=torch.float32):
 
 class Timings:
     """What ``timings`` measured: per method and size a ``torch.utils.benchmark.Measurement`` (its median
-    and IQR), the counted FLOPs, and the verdict. ``str()`` is the report the book prints."""
+    and IQR), the counted FLOPs, and the verdict. ``str()`` is the whole report, the protocol's verdict
+    included; ``table()`` is what a reader is shown, the times (and rates) alone, and the verdict goes in
+    the check cell below it (section 9.5: ``print(t.verdict())`` inside ``helpers.verify``), where
+    tests/test_timings.py reads it back beside the table. ``where``: the device, in words ("the CPU", or
+    the GPU's name)."""
 
-    def __init__(self, sizes, names, measurements, flops, reference, rules, attempt, attempts, size_name, grows):
+    def __init__(self, sizes, names, measurements, flops, reference, rules, attempt, attempts, size_name, grows,
+                 where="the CPU"):
         self.sizes, self.names, self.measurements, self.flops = sizes, names, measurements, flops
         self.reference, self.rules, self.attempt, self.attempts, self.size_name = reference, rules, attempt, attempts, size_name
-        self.grows = grows
+        self.grows, self.where = grows, where
 
     def median(self, name):
         """Median seconds per call of ``name`` at every size."""
@@ -393,10 +397,11 @@ class Timings:
         return (f"{head} A time that did not grow is not measured again: a repeat could pass by chance what does not"
                 " grow")
 
-    def __str__(self):
+    def _rows(self):
+        """The table's lines below its title: the medians with their spreads, then the rates (with a reference)."""
         width = max(len(n) for n in self.names) + 1
         head = f"{self.size_name:<{width}}" + "".join(f"{s:>16,}" for s in self.sizes)
-        lines = [f"time per call: median of {self.rules['rounds']} interleaved rounds on 1 thread, ms (IQR / median)", head]
+        lines = [head]
         for name in self.names:
             cells = "".join(f"{t * 1e3:>9.3g} ({s:3.0%})" for t, s in zip(self.median(name), self.spread(name), strict=True))
             lines.append(f"{name:<{width}}{cells}")
@@ -404,7 +409,16 @@ class Timings:
             lines += ["", "counted FLOPs per second, as a fraction of the reference's best", head]
             lines += [f"{name:<{width}}" + "".join(f"{r:>16.0%}" for r in self.rate(name))
                       for name in self.names if name != self.reference]
-        return "\n".join([*lines, self.verdict()])
+        return lines
+
+    def table(self):
+        """What a reader is shown: the median time per call and its spread (and the rates), without the verdict."""
+        title = f"time per call on {self.where}, ms: median of {self.rules['rounds']} rounds (IQR / median)"
+        return "\n".join([title, *self._rows()])
+
+    def __str__(self):
+        title = f"time per call: median of {self.rules['rounds']} interleaved rounds on 1 thread, ms (IQR / median)"
+        return "\n".join([title, *self._rows(), self.verdict()])
 
 
 def _block(fn, args, number, device):
@@ -490,6 +504,7 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
     if not (isinstance(margin, int | float) and not isinstance(margin, bool) and 0 <= margin < float("inf")):
         raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
     device = torch.device("cpu" if device is None else device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"the {device.type.upper()}"
     calls = {name: (fn, inputs) for name, fn in methods.items()}
     if reference is not None:
         ref_name, ref_fn, ref_inputs = reference
@@ -533,7 +548,7 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
                                            TaskSpec(stmt=name, setup="", num_threads=1, sub_label=f"{size_name}={s}"))
                                for s in sizes] for name in names}
         result = Timings(sizes, names, measurements, flops, reference and reference[0], rules, attempt, attempts,
-                         size_name, grows)
+                         size_name, grows, where)
         if not result.disturbances() or any(result.growth_problems(name) for name in grows if len(sizes) > 1):
             break                              # passed, or failed to grow: final either way (no second chance)
     return result

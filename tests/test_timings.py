@@ -2,8 +2,11 @@
 
 Timings vary with the machine, so nbval never compares them (their cells are tagged nbval-ignore-output).
 What can be checked on the stored notebooks is that what they show is a sound measurement. Every
-timing a notebook shows is printed by `helpers.measure.timings`; this test reads each such report back
-from the stored outputs, from its printed numbers alone (not from its verdict line), and fails when
+timing a notebook shows is printed by `helpers.measure.timings`: either its whole report (`str()`, the
+verdict right below the table), or the reader's table (`Timings.table()`) with the verdict printed by the
+check cell below it (helpers.verify, whose lines are indented; each verdict there belongs to the first
+table still without one). This test reads each table and its verdict back from the stored outputs, from
+its printed numbers alone (not from its verdict line), and fails when
 - the report's own verdict is not "passed";
 - a method's median time does not grow with the size (where the report says it must): it must rise at
   every step and, from the first size to the last, by the factor the report states (to the rounding of the
@@ -27,8 +30,10 @@ from helpers.measure import Timings
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 HEADER = re.compile(r"^time per call: median of (\d+) interleaved rounds on 1 thread, ms \(IQR / median\)$")
+TABLE = re.compile(r"^time per call on .+, ms: median of (\d+) rounds \(IQR / median\)$")      # Timings.table()
 RATES = "counted FLOPs per second, as a fraction of the reference's best"
 CELL = re.compile(r"\s+([0-9.e+-]+) \(\s*(\d+)%\)")
+RATE_ROW = re.compile(r"^[^%]+?(?:\s+\d+%)+$")                  # a name, then only percentages
 VERDICT = re.compile(r"^verdict: (passed|FAILED)")
 GROWS = re.compile(r"time grows with (\S+) for (.+?) \(x([0-9.]+) at least from the first size to the last")
 MARGIN = re.compile(r"by more than (\d+)%")
@@ -41,20 +46,34 @@ ELSEWHERE = {
 }
 
 
+def _table_end(lines, start):
+    """The index just past the table whose title is ``lines[start]``: its sizes, its rows of medians (and,
+    with a reference, a blank line, the rates' title, its sizes and its rows of rates)."""
+    i = start + 2                                         # the title, and the line of sizes below it
+    while i < len(lines) and CELL.search(lines[i]):
+        i += 1
+    if i + 2 < len(lines) and lines[i] == "" and lines[i + 1] == RATES:
+        i += 3
+        while i < len(lines) and RATE_ROW.match(lines[i]):
+            i += 1
+    return min(i, len(lines))
+
+
 def reports(text):
-    """The protocol's reports in ``text``: lists of lines from the header to the verdict."""
-    lines, found, current = text.splitlines(), [], None
-    for line in lines:
-        if HEADER.match(line):
-            current = [line]
-        elif current is not None:
-            current.append(line)
-            if line.startswith("verdict:"):
-                found.append(current)
-                current = None
-    if current is not None:
-        found.append(current + ["verdict: missing"])
-    return found
+    """The protocol's reports in ``text``: lists of lines, a table from its title on, then its verdict (or
+    "verdict: missing"). Lines are read without their indentation (a check cell's lines are indented)."""
+    lines = [line.strip() for line in text.splitlines()]
+    found, waiting, i = [], [], 0
+    while i < len(lines):
+        if HEADER.match(lines[i]) or TABLE.match(lines[i]):
+            end = _table_end(lines, i)
+            waiting.append(lines[i:end])
+            i = end
+            continue
+        if lines[i].startswith("verdict:") and waiting:
+            found.append([*waiting.pop(0), lines[i]])
+        i += 1
+    return found + [[*table, "verdict: missing"] for table in waiting]
 
 
 def problems(report):
@@ -110,20 +129,38 @@ def shown(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_stored_timings_keep_the_protocol(path):
-    for i, text in shown(path):
-        inside = set()
-        for report in reports(text):
-            assert not problems(report), f"{path.name}, code cell {i}: a timing that breaks the protocol:\n" + "\n".join(
-                problems(report)) + "\n\n" + "\n".join(report)
-            inside |= set(report)
-        for line in text.splitlines():
-            if A_TIME.search(line) and line not in inside and not any(line.startswith(s) for s in ELSEWHERE):
+    cells = shown(path)
+    text = "".join(t for _, t in cells)                   # a table's verdict is in the check cell below it
+    inside = set()
+    for report in reports(text):
+        assert not problems(report), f"{path.name}: a timing that breaks the protocol:\n" + "\n".join(
+            problems(report)) + "\n\n" + "\n".join(report)
+        inside |= set(report)
+    for i, cell_text in cells:
+        for line in cell_text.splitlines():
+            if A_TIME.search(line) and line.strip() not in inside and not any(line.startswith(s) for s in ELSEWHERE):
                 pytest.fail(f"{path.name}, code cell {i}: a time shown outside helpers.measure.timings: {line!r}")
 
 
 def test_the_section_that_measures_shows_a_report():
-    texts = [text for path in NOTEBOOKS if path.stem.startswith("9.5") for _, text in shown(path)]
+    texts = ["".join(t for _, t in shown(path)) for path in NOTEBOOKS if path.stem.startswith("9.5")]
     assert sum(len(reports(t)) for t in texts) >= 2, "9.5 times attention and the key-value cache with the protocol"
+
+
+def test_a_table_takes_its_verdict_from_the_check_cell_below():
+    """The reader's tables (Timings.table) and their verdicts, printed by the check cell that follows them
+    (helpers.verify, indented), paired in order; a table left without a verdict is refused."""
+    cpu = made_up({"a": [1e-3, 4e-3, 16e-3]}, reference="ref", rate_of=[0.5e-3, 2e-3, 8e-3])
+    gpu = made_up({"a": [1e-3, 4e-3, 16e-3]})
+    check = f"✓ the timings above: 4 checks hold\n  {cpu.verdict()}\n  rules broken: []\n  {gpu.verdict()}\n"
+    text = f"{cpu.table()}\ngrowth exponent: a 2.0\n{gpu.table()}\n" + check
+    found = reports(text)
+    assert [r[-1] for r in found] == [cpu.verdict(), gpu.verdict()]
+    assert found[0][:-1] == cpu.table().splitlines() and found[1][:-1] == gpu.table().splitlines()
+    assert all(problems(r) == [] for r in found)
+    [alone] = reports(cpu.table())
+    assert problems(alone) == ["the verdict is not passed: verdict: missing",
+                               "the verdict does not state its rules: verdict: missing"]
 
 
 # The checker itself, on reports printed by helpers.measure.Timings from made-up measurements.
