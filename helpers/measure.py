@@ -17,6 +17,7 @@ import time
 import numpy as np
 import torch
 
+from helpers import runtime
 from helpers.checks import positive_float, positive_int
 
 
@@ -77,19 +78,6 @@ def _stop_profiler():
         gathered.extend(events)
 
 
-@contextlib.contextmanager
-def _threads(n):
-    """Torch's CPU kernels on ``n`` threads while inside (None: as they are), then on the count there was."""
-    if n is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(positive_int(n, "threads"))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
 
 def peak_memory(fn, device=None, threads=None):
     """Bytes allocated by ``fn()`` at its peak, above what was allocated when it started (measured).
@@ -107,11 +95,11 @@ def peak_memory(fn, device=None, threads=None):
     """
     device = torch.device("cpu" if device is None else device)
     if device.type == "cuda":
-        with _threads(threads):
+        with runtime.threads(threads):
             return _cuda_peak(fn, device)
     if device.type != "cpu":
         raise ValueError(f"peak_memory measures the CPU or CUDA, not {device.type}")
-    with _threads(threads):
+    with runtime.threads(threads):
         return _cpu_peak(fn)
 
 

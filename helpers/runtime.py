@@ -1,5 +1,6 @@
-"""Seeding and device choice, so every notebook starts from the same state on any machine."""
+"""Seeding, device choice and the thread count, so every notebook starts from the same state on any machine."""
 
+import contextlib
 import numbers
 import random
 
@@ -25,3 +26,20 @@ def seed(value: int = 0) -> torch.Generator:
 def device() -> torch.device:
     """CUDA when present, else the CPU. Nothing in the chapter requires a GPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@contextlib.contextmanager
+def threads(n):
+    """Torch's CPU kernels on ``n`` threads while inside (None: as they are), then on the count there was, also
+    when the body raises. A sum split over threads adds in another order, so a result computed on one thread
+    is the same on any machine."""
+    if n is None:
+        yield
+        return
+    from helpers.checks import positive_int
+    before = torch.get_num_threads()
+    torch.set_num_threads(positive_int(n, "threads"))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

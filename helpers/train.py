@@ -1,10 +1,10 @@
 """A small training loop, with its progress shown as it runs (helpers.progress)."""
 
-import contextlib
 import math
 
 import torch
 
+from helpers import runtime
 from helpers.checks import positive_float, positive_int
 from helpers.progress import progress
 
@@ -16,19 +16,6 @@ def _check(steps, lr, clip):
     if clip is not None:
         positive_float(clip, "clip")          # NaN would clip every gradient to NaN
 
-
-@contextlib.contextmanager
-def _threads(n):
-    """Torch's CPU kernels on ``n`` threads while inside (None: as they are), then on the count there was."""
-    if n is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(positive_int(n, "threads"))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _step(model, opt, loss, clip, step):
@@ -60,7 +47,7 @@ def train(model, batch_fn, loss_fn, steps, lr=1e-3, clip=1.0, desc="training", t
     _check(steps, lr, clip)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
-    with _threads(threads):
+    with runtime.threads(threads):
         model.train()
         try:
             for step in progress(range(steps), desc=desc):

@@ -411,3 +411,17 @@ def test_log_labels_writes_plain_labels_at_one_two_and_five():
     with pytest.raises(ValueError, match="log-scaled"):
         log_labels(ax.xaxis)
     plt.close(fig)
+
+
+def test_threads_sets_the_count_inside_and_restores_it_after_an_error():
+    from helpers.runtime import threads
+    before = torch.get_num_threads()
+    with pytest.raises(KeyError), threads(1):
+        assert torch.get_num_threads() == 1
+        raise KeyError
+    assert torch.get_num_threads() == before
+    with threads(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads"), threads(0):
+        pass
+    assert torch.get_num_threads() == before

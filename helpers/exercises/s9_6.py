@@ -4,13 +4,13 @@ position bias inside a Swin window, 9.6.3 fine-tuning a ViT at a higher resoluti
 so that the notebook's experiment and the check draw the same kind, and the experiment's training runs here
 (``fit``, ``held_out_accuracy``) on one thread, as the check's does."""
 
-import contextlib
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from helpers.exercises.judge import Wrong, call, cases, compare, exercise, fresh, generator
+from helpers.runtime import threads
 
 # 9.6.1: patch embedding with the channels last ---------------------------------------------------------------
 
@@ -146,19 +146,6 @@ def bar_images(n, generator):
     return images + colour[:, :, None, None] * bar[:, None], labels
 
 
-@contextlib.contextmanager
-def one_thread():
-    """Torch's CPU kernels on one thread while inside, then on the count there was. A model this small trains fastest
-    there, its training is then the same whatever the machine's thread count, and on a busy machine two threads can
-    wait on each other for most of the time."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def fit(model, images, labels, steps=300, lr=3e-3, batch=32):
     """``model`` trained with Adam on ``steps`` batches of ``batch`` images drawn at random from ``images``, its
     weights that require gradients only; returned in eval mode."""
@@ -176,8 +163,8 @@ def fit(model, images, labels, steps=300, lr=3e-3, batch=32):
 def held_out_accuracy(train, seen, new, seed=0):
     """The share of the new images ``new = (images, labels)`` that the model ``train(*seen)`` returns gets right,
     trained on ``seen = (images, labels)``. Torch's own draws while it trains (the initialization, the batches)
-    are seeded by ``seed``, apart from the caller's, and it trains on one thread (``one_thread``)."""
-    with one_thread(), torch.random.fork_rng(devices=[]):
+    are seeded by ``seed``, apart from the caller's, and it trains on one thread (``helpers.runtime.threads``)."""
+    with threads(1), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = train(*seen)
     with torch.no_grad():
@@ -211,7 +198,7 @@ def _accuracy(logits, labels):
 @exercise("9.6.5", f"Your model, trained on {TRAIN:,} images, finds the square's quadrant in at least {NEEDED:.0%} of "
                    f"{HELD_OUT:,} new ones.", time_limit=60)
 def _(answer):
-    with one_thread():                  # the training and the measures on one thread (one_thread says why)
+    with threads(1):                  # a small model trains fastest on one thread, the same on any machine
         _quadrants(answer)
 
 
