@@ -387,3 +387,61 @@ def test_9_4_5_states_the_checks_level_and_its_reference_clears_it_on_every_draw
             losses[name].append(torch.nn.functional.cross_entropy(logits[:, n:].flatten(0, 1), x[:, n + 1:].flatten()).item())
     assert max(losses["reference"]) < s9_4.LEVEL / 5, losses
     assert min(losses["positions left out"]) > 5 * s9_4.LEVEL, losses
+
+
+def test_9_4_1_solution_says_how_the_part_the_blocks_add_grows():
+    """Review fix94b: the solution said the stream grew more slowly than sqrt(L), as the input's RMS of 1 hid the growth,
+    and so marked wrong a student who predicted sqrt(L) for the part the blocks add. That part grows about like sqrt(L),
+    a little faster deeper: 0.38, 0.77, 1.79, 4.25 after 2, 8, 32, 128 blocks (the notebook's fresh_stack, whose blocks
+    the notebook checks are helpers.models'), ratios 2.06, 2.32, 2.37 per fourfold depth, where sqrt(4) = 2."""
+    from helpers import seed
+
+    def added(L, d=32):
+        g = seed(0)
+        blocks = torch.nn.Sequential(*(PreNormBlock(d, Attention(d, heads=4)) for _ in range(L)))
+        x = torch.randn(16, 8, d, generator=g)
+        with torch.no_grad():
+            return (blocks(x) - x).pow(2).mean().sqrt().item()
+
+    rms = [added(L) for L in (2, 8, 32, 128)]
+    ratios = [b / a for a, b in zip(rms, rms[1:], strict=False)]
+    assert all(1.8 < r < 2.6 for r in ratios), ratios            # about sqrt(4) = 2 per fourfold depth, far from 4
+    assert ratios[-1] > ratios[0] and 2.3 < ratios[-1] < 2.45, ratios      # "a little more ... (2.4 times ...)"
+    text = " ".join(NOTEBOOKS["9.4"].read_text().split())
+    assert "about twice as large for each fourfold depth, as growth like $\\sqrt L$ would make it" in text
+    assert "stream grows with the depth, about like $\\sqrt L$, as Exercise 9.4.1 measured" in text     # 9.4.4 agrees
+
+
+def _language_model(lr, steps):
+    """9.4.5 answered with the section's LanguageModel (nanoGPT's initialization, a tied output layer) and Adam."""
+    from helpers.models import LanguageModel
+
+    def train_reverser(batch, vocab, T):
+        lm = LanguageModel(vocab, T, 32, heads=2, layers=1)
+        opt = torch.optim.Adam(lm.parameters(), lr=lr)
+        for _ in range(steps):
+            x = batch()
+            loss = torch.nn.functional.cross_entropy(lm(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return lm
+    return train_reverser
+
+
+def test_9_4_5_language_model_reaches_the_level_at_the_stated_rate_not_at_the_references():
+    """Review fix94b: the solution blamed LanguageModel's initialization and tying for missing the level, untested (the
+    model differs from the reference in its initialization, tying and output bias at once). What the exercise and
+    solution now say is what this measures: with Adam at 3e-3 for 400 steps it passes the check on every draw tried
+    (observed on 24 draws, one thread: 0.006 to 0.013 against the level 0.1); at the reference's 1e-2 it misses the
+    level on some draws, at 200 steps (5 of 24; draw 0: 1.41) and at 400 (3 of 24: draws 0, 19, 20)."""
+    text = " ".join(NOTEBOOKS["9.4"].read_text().split())
+    assert ("The section's `LanguageModel` can serve, trained with Adam at a learning rate of $3\\times10^{-3}$ for 400 "
+            "steps; at $10^{-2}$ it misses the level on some draws.") in text
+    assert "more steps at $10^{-2}$ did not fix them" in text
+    for seed in range(8):
+        ok, message = verdict("9.4.5", _language_model(3e-3, 400), seed=seed)
+        assert ok, message
+    for steps, seeds in ((200, range(6)), (400, (0, 19, 20))):
+        results = [verdict("9.4.5", _language_model(1e-2, steps), seed=seed) for seed in seeds]
+        assert any(ok is False and "above the level" in message for ok, message in results), (steps, results)
