@@ -1,5 +1,7 @@
 """Drawing plumbing the figures share: annotated heatmaps, mask grids, the transformer block, the ViT input,
-and the layout of the figures of 9.2 and 9.A (rows of heat maps, the cost crossover, saturation, RoPE offsets).
+and the layout of the figures of 9.2, 9.5, 9.6 and 9.A (9.2's heat maps, the cost crossover, the sparse patterns,
+Swin's windows, saturation, RoPE offsets). The figures of 9.2, 9.5 and 9.6 drawn here are laid out in inches,
+``WIDTH`` wide, with labels of at least ``SMALL`` points, as ``helpers.mechanisms`` lays out its own.
 
 What a figure shows is computed in its notebook; these functions only lay it out, so that a figure cell
 reads as the call and the figure.
@@ -12,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection
 from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.font_manager import FontProperties
 from matplotlib.legend_handler import HandlerTuple
@@ -19,11 +22,13 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import FancyBboxPatch, Rectangle
 from matplotlib.textpath import text_to_path
 
-from helpers.checks import floating, positive_int, tensor
+from helpers.checks import floating, integer, positive_int, tensor
 from helpers.plotting import PALETTE
-from helpers.vision import patches
+from helpers.vision import patches, window_borders
 
 SIZE, SMALL = 10, 9                                   # points: the book's font size, the smallest label (as in mechanisms)
+WIDTH = 6.5                                           # inches: the site's column (see helpers.mechanisms)
+DARK_YELLOW = "#A89200"                               # Okabe and Ito's yellow darkened: 3.1:1 against white, #F0E442 1.3:1
 MAY_ATTEND, HIDDEN = PALETTE["blue"], "white"         # the chapter's mask colours (see MASK_STYLE)
 
 
@@ -126,10 +131,11 @@ def mask_grid(ax, mask, title):
 
 
 # The chapter's colours for attention: blue where a query may attend to a key (and, in the weights' Blues, the
-# larger a weight the bluer), pale where a key is hidden. The mask panel of 9.2's weights figure and its mask
-# control keep them: blue where a key is visible (0 added to its score), pale grey where it is hidden (-inf
-# added). Pass MASK_STYLE to annotated_heatmap with a 0/1 mask matrix, 1 where a key is hidden.
-MASK_STYLE = dict(cmap=ListedColormap([MAY_ATTEND, "#f2f2f2"]), vmin=0, vmax=1, fontsize=SMALL,
+# larger a weight the bluer), white where a key is hidden. The mask panel of 9.2's weights figure and its mask
+# control keep them: blue where a key is visible (0 added to its score), white where it is hidden (-inf
+# added), as mask_grid and masks_on_batch draw a later key. Pass MASK_STYLE to annotated_heatmap with a 0/1
+# mask matrix, 1 where a key is hidden.
+MASK_STYLE = dict(cmap=ListedColormap([MAY_ATTEND, HIDDEN]), vmin=0, vmax=1, fontsize=SMALL,
                   fmt=lambda hidden: "$-\\infty$" if hidden else "0")
 
 
@@ -250,13 +256,18 @@ SIGNED_STYLE = dict(cmap="PuOr_r", vmin=-1.5, vmax=1.5, fmt=two_decimals)
 WEIGHT_STYLE = dict(cmap="Blues", vmin=0, vmax=1, fmt=two_decimals)
 
 
-def attention_maps(tokens, hidden, weights, outputs, scores=None, figsize=None):
-    """9.2's heat maps of masked self-attention on one sequence of ``T = len(tokens)`` tokens, side by side
-    (``heatmap_row``): the ``scores (T, T)``, if given; the mask ``hidden (T, T)``, bool, True where a key is
-    hidden, drawn as the 0 or -inf added to the scores (``MASK_STYLE``); the ``weights (T, T)``, blank where
+def attention_maps(tokens, hidden, weights, outputs, scores=None):
+    """9.2's heat maps of masked self-attention on one sequence of ``T = len(tokens)`` tokens: the ``scores (T,
+    T)``, if given; the mask ``hidden (T, T)``, bool, True where a key is hidden, drawn as the 0 or -inf added
+    to the scores (``MASK_STYLE``: blue, or white where hidden); the ``weights (T, T)``, blank (white) where
     hidden; and the ``outputs (T, d_v)``. Scores and outputs share ``SIGNED_STYLE``'s scale, the weights take
-    ``WEIGHT_STYLE``'s, each value written by ``two_decimals``. Every panel's rows, and the key columns, are
-    labelled with ``tokens``. Returns the figure."""
+    ``WEIGHT_STYLE``'s, each value written by ``two_decimals`` at the book's smallest size, ``SMALL``.
+
+    The panels fill rows of two, in that order (scores and mask, then weights and outputs), every cell the
+    same size, the figure ``WIDTH`` inches wide (the site's column, see ``helpers.mechanisms``). The two
+    panels of a row share their rows, the queries: the tokens label them left of the row's first panel, and
+    the key columns under each panel. Where the cells are too narrow for the numbers (more than about 7
+    tokens), the cells are left unwritten. Returns the figure; its axes are the panels, in order."""
     tokens = [str(t) for t in tokens]
     T = len(tokens)
     if tensor(hidden, "hidden").dtype != torch.bool or tuple(hidden.shape) != (T, T):
@@ -269,17 +280,44 @@ def attention_maps(tokens, hidden, weights, outputs, scores=None, figsize=None):
         if shape is not None and (shape[0] != T or (name != "outputs" and shape[1] != T)):
             raise ValueError(f"{name} must have {T} rows{'' if name == 'outputs' else f' and {T} columns'},"
                              f" one a token, got shape {shape}")
-    blank = torch.as_tensor(_matrix(weights)).masked_fill(hidden.cpu(), float("nan"))   # NaN: a blank cell
-    panels = [] if scores is None else [(scores, r"scores $QK^\top/\sqrt{d_k}$", "key $j$", SIGNED_STYLE)]
-    panels += [(hidden.float(), "mask $M$", "key $j$", MASK_STYLE), (blank, "weights $A$", "key $j$", WEIGHT_STYLE),
-               (outputs, "outputs $Y = AV$", "value coordinate", SIGNED_STYLE)]
-    fig = heatmap_row(panels, ylabel="query $i$", figsize=figsize or (11 if scores is not None else 9.5, 3.6))
+    blank = _matrix(weights).copy()
+    blank[hidden.cpu().numpy()] = np.nan                                 # NaN: a blank cell
+    panels = [] if scores is None else [(_matrix(scores), r"scores $QK^\top/\sqrt{d_k}$", "key $j$", SIGNED_STYLE)]
+    panels += [(hidden.cpu().numpy().astype(float), "mask $M$", "key $j$", MASK_STYLE),
+               (blank, "weights $A$", "key $j$", WEIGHT_STYLE),
+               (_matrix(outputs), "outputs $Y = AV$", "value coordinate", SIGNED_STYLE)]
+    rows = [panels[k:k + 2] for k in range(0, len(panels), 2)]
+    tick = max(_text_width(t, SMALL) for t in tokens) + 0.1             # the tokens' room, with the ticks' pad
+    left, gap, right = 0.05 + 0.22 + tick, 0.2, WIDTH - 0.05             # the queries' label and tokens; between panels
+    u = min(0.5, (right - left - gap) / max(sum(v.shape[1] for v, *_ in row) for row in rows))     # a cell, inches
+    widest = max(_text_width(two_decimals(v), SMALL) for values, *_ in panels for v in values[np.isfinite(values)])
+    legible = u >= widest + 0.08                                          # the numbers fit their cells
+    height = 0.3 + T * u + max(tick, 0.25) + 0.3                          # a row: title, cells, key labels, "key j"
+    fig = plt.figure(figsize=(WIDTH, len(rows) * height))
     with _closed_on_error(fig):
-        for ax in fig.axes:
-            ax.set_yticks(range(T), tokens)
-        for ax in fig.axes[:-1]:                                  # every panel but the outputs: keys across
-            ax.set_xticks(range(T), tokens, rotation=90)
-        fig.tight_layout()
+        H = len(rows) * height
+        for r, row in enumerate(rows):
+            bottom, x = H - r * height - 0.3 - T * u, left
+            for k, (values, title, xlabel, style) in enumerate(row):
+                cols = values.shape[1]
+                ax = fig.add_axes((x / WIDTH, bottom / H, cols * u / WIDTH, T * u / H))
+                annotated_heatmap(ax, values, **{**style, "fontsize": SMALL})
+                if not legible:
+                    for text in list(ax.texts):
+                        text.remove()
+                ax.set_title(title, fontsize=SIZE, pad=4)
+                ax.set_xlabel(xlabel, fontsize=SIZE, labelpad=3)
+                ax.set_yticks(range(T), tokens if k == 0 else [""] * T)
+                if k == 0:
+                    ax.set_ylabel("query $i$", fontsize=SIZE, labelpad=3)
+                if xlabel.startswith("key"):
+                    ax.set_xticks(range(cols), tokens, rotation=90)
+                else:
+                    ax.set_xticks(range(cols))
+                ax.tick_params(labelsize=SMALL, length=2)
+                for spine in ax.spines.values():                          # a frame: white cells end somewhere
+                    spine.set(visible=True, linewidth=0.8, color="0.3")
+                x += cols * u + gap
     return fig
 
 
@@ -426,12 +464,13 @@ def block_diagram(ax):
 
 
 def vit_input(img, P, cls_color=PALETTE["orange"]):
-    """A figure of a ViT's input: ``img (3, S, S)`` on its grid of ``P x P`` patches, the patches pulled
-    apart in raster order, and the token sequence, a class token followed by the flattened patches.
+    """A figure of a ViT's input in three panels: top left, ``img (3, S, S)`` on its grid of ``P x P`` patches;
+    top right, the patches pulled apart and numbered from 1 in raster order; below, the token sequence, a
+    class token (position 0) followed by the flattened patches (position i is patch i), in lines of 25 tokens.
 
     ``img`` holds real floating-point values in ``[0, 1]``, as ``helpers.vision.sample_image`` gives
-    (convert 8-bit images with ``img / 255``). Laid out in inches for up to 7 x 7 patches (the sequence
-    in lines of 25 tokens); returns the figure.
+    (convert 8-bit images with ``img / 255``). Laid out in inches, ``WIDTH`` wide (the site's column), for up
+    to 7 x 7 patches, every label at least ``SMALL`` points; returns the figure, its axes the three panels.
     """
     if floating(img, "img").dim() != 3 or img.shape[0] != 3 or img.shape[1] != img.shape[2]:
         raise ValueError(f"img must be a square RGB image (3, S, S), got shape {tuple(img.shape)}")
@@ -445,49 +484,182 @@ def vit_input(img, P, cls_color=PALETTE["orange"]):
     n = S // P
     if n > 7:
         raise ValueError(f"the layout fits up to 7 x 7 patches, got {n} x {n}: take a larger P")
-    W, H = 8.0, 6.0                                          # figure size in inches
+    per_line, pitch, side = 25, 0.24, 0.21                   # the sequence: tokens a line, inches a token, a token's side
+    lines = -(-(n * n + 1) // per_line)
+    panel, x_image, x_grid = 2.75, 0.45, WIDTH - 0.1 - 2.75  # the top panels' side and left edges
+    y_sequence = 0.2 + lines * 0.55                          # the sequence's top, over its footnote
+    y_panel = y_sequence + 0.35 + 0.55                       # the top panels' bottom, over the sequence's heading and
+                                                             # the image's tick labels
+    W, H = WIDTH, y_panel + panel + 0.55
     fig = plt.figure(figsize=(W, H))
 
     def box(x, y, w, h):
         """Axes placed in inches from the figure's bottom left corner."""
         return fig.add_axes((x / W, y / H, w / W, h / H))
 
-    ax = box(0.45, 2.3, 3.3, 3.3)                            # the image on its grid
-    ax.imshow(img.permute(1, 2, 0).numpy())
-    for x in range(P, S, P):
-        ax.axhline(x - 0.5, color="white", lw=1)
-        ax.axvline(x - 0.5, color="white", lw=1)
-    ax.set(xticks=range(0, S + 1, P), yticks=range(0, S + 1, P), title=f"the image on a {n} x {n} grid")
-    ax.set_xlabel("pixels", fontsize=8, labelpad=1)
-    ax.tick_params(labelsize=7)
+    with _closed_on_error(fig):
+        ax = box(x_image, y_panel, panel, panel)             # the image on its grid
+        ax.imshow(img.permute(1, 2, 0).numpy())
+        for x in range(P, S, P):
+            ax.axhline(x - 0.5, color="white", lw=1)
+            ax.axvline(x - 0.5, color="white", lw=1)
+        ax.set(xticks=range(0, S + 1, P), yticks=range(0, S + 1, P))
+        ax.set_title(f"the image on a {n} x {n} grid", fontsize=SIZE)
+        ax.set_xlabel("pixels", fontsize=SMALL, labelpad=2)
+        ax.tick_params(labelsize=SMALL, length=2, pad=2)
 
-    # The patches and the sequence are drawn on two axes in inches, each patch an image placed by its
-    # extent: one axes per patch (99 of them) would take most of the figure's drawing time.
-    grid = box(4.45, 2.3, 3.3, 3.3)                          # the patches pulled apart
-    side, gap = 3.3 / n - 0.06, 0.06
-    for i in range(n * n):
-        r, c = divmod(i, n)
-        x, y = c * (side + gap), 3.3 - (r + 1) * (side + gap) + gap
-        grid.imshow(tokens[i].permute(1, 2, 0).numpy(), extent=(x, x + side, y, y + side))
-        grid.text(x + 0.02, y + side - 0.02, str(i + 1), color="white", fontsize=6, va="top", ha="left",
-                  bbox=dict(boxstyle="square,pad=0.1", fc="black", ec="none", alpha=0.6))
-    grid.set(xlim=(0, 3.3), ylim=(0, 3.3), title=f"{n * n} patches of {P} x {P} pixels, in raster order")
-    grid.set_axis_off()
+        # The patches and the sequence are drawn on two axes in inches, each patch an image placed by its
+        # extent: one axes per patch (99 of them) would take most of the figure's drawing time.
+        grid = box(x_grid, y_panel, panel, panel)            # the patches pulled apart
+        gap = 0.06
+        cut = panel / n - gap
+        for i in range(n * n):
+            r, c = divmod(i, n)
+            x, y = c * (cut + gap), panel - (r + 1) * (cut + gap) + gap
+            grid.imshow(tokens[i].permute(1, 2, 0).numpy(), extent=(x, x + cut, y, y + cut))
+            grid.text(x + 0.02, y + cut - 0.02, str(i + 1), color="white", fontsize=SMALL, va="top", ha="left",
+                      bbox=dict(boxstyle="square,pad=0.1", fc="black", ec="none", alpha=0.6))
+        grid.set(xlim=(0, panel), ylim=(0, panel))
+        grid.set_title(f"its {n * n} patches of {P} x {P} pixels,\nnumbered in raster order", fontsize=SIZE)
+        grid.set_axis_off()
 
-    fig.text(0.45 / W, 1.68 / H, f"the token sequence: a learned class token, then the {n * n} flattened patches")
-    sequence = box(0.45, 0.25, 7.4, 1.2)                     # in lines of 25 tokens
-    side, gap = 0.27, 0.025
-    cls = torch.tensor(to_rgb(cls_color), dtype=img.dtype)
-    for i in range(n * n + 1):
-        r, c = divmod(i, 25)
-        x, y = c * (side + gap), 0.9 - r * 0.75
-        sequence.imshow((cls.expand(P, P, 3) if i == 0 else tokens[i - 1].permute(1, 2, 0)).numpy(),
-                        extent=(x, x + side, y, y + side))
-        if i == 0:
-            sequence.text(x + side / 2, y + side / 2, "cls", ha="center", va="center", fontsize=7)
-        if i % 5 == 0 or i == n * n:
-            sequence.text(x + side / 2, y - 0.04, str(i), ha="center", va="top", fontsize=7)
-    sequence.set(xlim=(0, 7.4), ylim=(0, 1.2))
-    sequence.set_axis_off()
-    fig.text(0.45 / W, 0.1 / H, "position in the sequence (token 0 is the class token, token i is patch i)", fontsize=8)
+        fig.text(x_image / W, (y_sequence + 0.1) / H, f"the token sequence: a learned class token, then the {n * n}"
+                 " flattened patches", fontsize=SIZE, va="bottom")
+        height = lines * 0.55
+        sequence = box(x_image, y_sequence - height, per_line * pitch, height)
+        cls = torch.tensor(to_rgb(cls_color), dtype=img.dtype)
+        for i in range(n * n + 1):
+            r, c = divmod(i, per_line)
+            x, y = c * pitch, height - side - r * 0.55
+            sequence.imshow((cls.expand(P, P, 3) if i == 0 else tokens[i - 1].permute(1, 2, 0)).numpy(),
+                            extent=(x, x + side, y, y + side))
+            if i == 0:
+                sequence.text(x + side / 2, y + side / 2, "cls", ha="center", va="center", fontsize=SMALL,
+                              color=text_color(cls_color))
+            if i % 5 == 0 or i == n * n:
+                sequence.text(x + side / 2, y - 0.03, str(i), ha="center", va="top", fontsize=SMALL)
+        sequence.set(xlim=(0, per_line * pitch), ylim=(0, height))
+        sequence.set_axis_off()
+        fig.text(x_image / W, 0.1 / H, "position in the sequence (token 0 is the class token, token i is patch i)",
+                 fontsize=SMALL)
     return fig
+
+
+def _inch_axes(fig, x, y, w, h):
+    """Axes placed in inches from the bottom left corner of ``fig``."""
+    W, H = fig.get_size_inches()
+    return fig.add_axes((x / W, y / H, w / W, h / H))
+
+
+def _frame(ax):
+    """All four spines, thin and dark: a panel's white cells end somewhere."""
+    for spine in ax.spines.values():
+        spine.set(visible=True, linewidth=0.8, color="0.3")
+
+
+def sparse_patterns(patterns, reach, token):
+    """9.5's figure of sparse attention: each of ``patterns`` (a dict of up to 3 names to ``(T, T)`` bool
+    patterns, True where a query, the row, may attend to a key, the column) as a grid, blue where a score is
+    computed, side by side; and under them, as wide as the figure, ``reach (layers, T)``, bool: row ``n - 1``
+    True at the positions whose information reaches position ``token`` after ``n`` windowed layers, in
+    orange. Ticks at the first, the ``token``-th and the last position. ``WIDTH`` wide, every label at least
+    ``SMALL`` points. Returns the figure, its axes the patterns in order, then the reach."""
+    if not isinstance(patterns, Mapping) or not 1 <= len(patterns) <= 3:
+        raise ValueError(f"patterns must be a dict of 1 to 3 names to (T, T) bool patterns, got {patterns!r:.60}")
+    grids = [tensor(p, f"patterns[{name!r}]") for name, p in patterns.items()]
+    T = grids[0].shape[-1]
+    if any(g.dtype != torch.bool or tuple(g.shape) != (T, T) for g in grids):
+        raise ValueError(f"every pattern must be a ({T}, {T}) bool tensor, got "
+                         f"{[(str(g.dtype), tuple(g.shape)) for g in grids]}")
+    if tensor(reach, "reach").dtype != torch.bool or reach.dim() != 2 or reach.shape[1] != T or not 1 <= len(reach) <= 12:
+        raise ValueError(f"reach must be a (layers, {T}) bool tensor, 1 to 12 layers, got {reach.dtype} of shape"
+                         f" {tuple(reach.shape)}")
+    token = integer(token, "token")
+    if not 0 <= token < T:
+        raise ValueError(f"token must be a position from 0 to {T - 1}, got {token}")
+    ticks = sorted({0, token, T - 1})
+    left, gap, right = 0.55, 0.4, WIDTH - 0.05                 # "query position" and its ticks; between panels
+    side = (right - left - gap * 2) / 3                         # three squares fill the width; fewer keep their size
+    row = 0.2                                                    # inches per layer of the reach
+    y_reach = 0.55                                               # its bottom, over its ticks and "position"
+    y_grids = y_reach + len(reach) * row + 0.3 + 0.6            # their bottom, over the reach's title and their ticks
+    fig = plt.figure(figsize=(WIDTH, y_grids + side + 0.3))
+    with _closed_on_error(fig):
+        blue, orange = ListedColormap(["white", PALETTE["blue"]]), ListedColormap(["white", PALETTE["orange"]])
+        for k, (name, grid) in enumerate(zip(patterns, grids, strict=True)):
+            ax = _inch_axes(fig, left + k * (side + gap), y_grids, side, side)
+            ax.imshow(grid.cpu().numpy(), cmap=blue, vmin=0, vmax=1)
+            ax.set_title(name, fontsize=SIZE, pad=4)
+            ax.set_xlabel("key position", fontsize=SIZE, labelpad=2)
+            ax.set(xticks=ticks, yticks=ticks)
+            if k == 0:
+                ax.set_ylabel("query position", fontsize=SIZE, labelpad=2)
+            ax.tick_params(labelsize=SMALL, length=2, pad=2)
+            _frame(ax)
+        ax = _inch_axes(fig, left, y_reach, right - left, len(reach) * row)
+        ax.imshow(reach.cpu().numpy(), cmap=orange, vmin=0, vmax=1, aspect="auto")
+        ax.set_title(f"the positions whose information reaches token {token}, after 1 to {len(reach)} windowed layers",
+                     fontsize=SIZE, pad=4)
+        ax.set_xlabel("position", fontsize=SIZE, labelpad=2)
+        ax.set_ylabel("layers", fontsize=SIZE, labelpad=2)
+        ax.set(xticks=ticks, yticks=range(len(reach)), yticklabels=range(1, len(reach) + 1))
+        ax.tick_params(labelsize=SMALL, length=2, pad=2)
+        _frame(ax)
+    return fig
+
+
+SWIN_LINES = dict(colors="white", linewidths=3)                            # a window's border
+MASK_LINES = dict(colors=DARK_YELLOW, linewidths=2, linestyles=(0, (3, 2)))   # a masked piece's border, dashed
+
+
+def window_panel(ax, image, ids, title, numbered=True, regular=None):
+    """One panel of 9.6's Swin figures on ``ax``: ``image (H, W, 3)`` on the ``n x n`` grid of patches that
+    ``ids (n, n)`` numbers by window (``helpers.vision.window_ids``). Without ``regular``, the windows of
+    ``ids`` are outlined in thick white lines; with it (the regular windows' ids), ``ids`` are shifted windows
+    rolled into the regular ones: their pieces are outlined in dashed dark-yellow lines (the mask's borders)
+    under the regular windows' thick white ones. ``numbered`` writes each window's number at its middle.
+    Ticks every two patches, at the book's smallest size."""
+    _axes(ax)
+    n = ids.shape[0]
+    ax.imshow(torch.as_tensor(image).detach().cpu().numpy(), extent=(0, n, n, 0))
+    ax.add_collection(LineCollection(window_borders(ids), **(SWIN_LINES if regular is None else MASK_LINES)))
+    if regular is not None:
+        ax.add_collection(LineCollection(window_borders(regular), **SWIN_LINES))
+    if numbered:
+        for w in ids.unique().tolist():
+            rows, cols = (ids == w).nonzero(as_tuple=True)
+            ax.text(cols.float().mean() + 0.5, rows.float().mean() + 0.5, str(w), ha="center", va="center",
+                    fontsize=SMALL, color="black", bbox=dict(boxstyle="circle,pad=0.2", fc="white", ec="none", alpha=0.85))
+    ax.set(xticks=range(0, n + 1, 2), yticks=range(0, n + 1, 2), xlim=(0, n), ylim=(n, 0))
+    ax.set_title(title, fontsize=SIZE, pad=4)
+    ax.set_xlabel("patch column", fontsize=SIZE, labelpad=2)
+    ax.tick_params(labelsize=SMALL, length=2, pad=2)
+
+
+def window_panels(panels):
+    """A row of ``window_panel``s, ``panels`` a list of 1 to 3 ``(image, ids, title, numbered, regular)``, every
+    panel the same size, at most ``WIDTH`` wide; the first labels its rows. Returns the figure."""
+    if not 1 <= len(panels) <= 3:
+        raise ValueError(f"panels must list 1 to 3 (image, ids, title, numbered, regular), got {len(panels)}")
+    left, gap = 0.5, 0.3                                          # "patch row" and its ticks; between panels
+    side = min(2.5, (WIDTH - 0.05 - left - 2 * gap) / 3 if len(panels) == 3 else (WIDTH - 0.05 - left - gap) / 2)
+    lines = max(title.count("\n") + 1 for _, _, title, *_ in panels)
+    fig = plt.figure(figsize=(left + len(panels) * side + (len(panels) - 1) * gap + 0.05, 0.6 + side + 0.12 + 0.19 * lines))
+    with _closed_on_error(fig):
+        for k, (image, ids, title, numbered, regular) in enumerate(panels):
+            ax = _inch_axes(fig, left + k * (side + gap), 0.6, side, side)
+            window_panel(ax, image, ids, title, numbered, regular)
+        fig.axes[0].set_ylabel("patch row", fontsize=SIZE, labelpad=2)
+    return fig
+
+
+def shifted_windows(image, regular, shifted, rolled, shift):
+    """Figure 9.6.3 (``window_panels``): ``image (H, W, 3)`` on its grid of patches, three times. Left, the
+    ``regular`` windows; middle, the ``shifted`` ones (borders moved by ``shift`` patches), numbered; right,
+    the image and the shifted windows rolled ``shift`` patches up and left (``rolled``, numbered, the pieces
+    outlined in dashed dark yellow) inside the regular windows. Returns the figure."""
+    cell = image.shape[0] // regular.shape[0]                       # pixels a patch
+    moved = image.roll((-shift * cell, -shift * cell), dims=(0, 1))    # the image rolled with the grid
+    return window_panels([(image, regular, "layer $l$:\nregular windows", False, None),
+                          (image, shifted, "layer $l+1$:\nshifted windows", True, None),
+                          (moved, rolled, "rolled:\n4 windows + mask", True, regular)])

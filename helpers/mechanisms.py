@@ -28,14 +28,17 @@ from matplotlib.textpath import text_to_path
 
 from helpers.attention import causal_mask, padding_mask
 from helpers.checks import integer, integers, positive_int
-from helpers.diagrams import text_color
+from helpers.diagrams import DARK_YELLOW, text_color
 from helpers.plotting import PALETTE
 from helpers.positions import frequencies
 
 SIZE, SMALL = 10, 9               # points: the book's font size, and the smallest label
 WIDTH = 6.5                       # inches: the widest figure the site shows at its natural size (see above)
-DARK_YELLOW = "#A89200"           # Okabe and Ito's yellow darkened: 3.1:1 against white, where #F0E442 has 1.3:1
-HEADS = [PALETTE[c] for c in ("blue", "orange", "green", "purple", "sky", "vermillion")] + [DARK_YELLOW, "0.45"]   # per head
+# One colour per head; the first avoid the colours of the query (vermillion), keys (sky) and values (orange) of
+# 9.1 and 9.2.1, so that a head's colour does not read as one of those.
+HEADS = [PALETTE["blue"], PALETTE["green"], PALETTE["purple"], DARK_YELLOW, "0.45", PALETTE["sky"], PALETTE["orange"],
+         PALETTE["vermillion"]]
+QUERY, KEY, VALUE = PALETTE["vermillion"], PALETTE["sky"], PALETTE["orange"]   # 9.1's colours, kept in 9.2
 ALLOWED, LATER, PADDED = PALETTE["blue"], "white", "0.88"   # the chapter's masks: may attend; hidden (future); hidden (padding)
 
 
@@ -303,12 +306,13 @@ def _row_labels(ax, right, top, u, tokens):
 def qkv_projection(T, d, d_k, tokens=None):
     """Figure: queries, keys and values projected from one sequence: ``X (T, d)`` times ``W_Q``, ``W_K``, ``W_V``
     ``(d, d_k)`` gives ``Q``, ``K``, ``V`` ``(T, d_k)``, each matrix drawn to scale (up to 32 rows and columns)
-    with its shape written under it. ``tokens`` (``T`` strings of up to 8 characters), if given, label the
+    with its shape written under it, in 9.1's colours: the queries' row vermillion, the keys' sky, the values'
+    orange (``QUERY``, ``KEY``, ``VALUE``). ``tokens`` (``T`` strings of up to 8 characters), if given, label the
     rows of ``X``, ``Q``, ``K`` and ``V``, one token a row; the rows are then drawn 0.16 inch tall, which
     needs ``d + 2 d_k`` and ``T`` to be small (the running example's 8 + 2·4 and 6 fit). Returns the figure."""
     T, d, d_k = (_count(v, name, 1, 32) for v, name in ((T, "T"), (d, "d"), (d_k, "d_k")))
-    rows = [("Q", "queries:\nwhat each token\nlooks for", "blue"), ("K", "keys:\nwhat each token\nis matched on", "orange"),
-            ("V", "values:\nwhat each token\npasses on", "green")]
+    rows = [("Q", "queries:\nwhat each token\nlooks for", QUERY), ("K", "keys:\nwhat each token\nis matched on", KEY),
+            ("V", "values:\nwhat each token\npasses on", VALUE)]
     glosses = max(_width(m, SIZE) for _, m, _ in rows)
     labels = 0 if tokens is None else max(_width(t) for t in _words(tokens, "tokens", T)) + 0.08
     x_shape, w_shape, o_shape = (_width(f"{a}\\times {b}$ = {p} × {q}") for a, b, p, q in
@@ -342,11 +346,11 @@ def qkv_projection(T, d, d_k, tokens=None):
     for y, (name, meaning, color) in zip(ys, rows, strict=True):
         _arrow(ax, (right + 0.08, ys[1]), (x_W - d_k * u / 2 - 0.32, y), color="0.4")
         ax.text(x_W - d_k * u / 2 - 0.17, y, "×", ha="center", va="center", fontsize=12)
-        *_, w_right, w_top = _matrix(ax, x_W, y, d, d_k, u, PALETTE[color])
+        *_, w_right, w_top = _matrix(ax, x_W, y, d, d_k, u, color)
         ax.text(x_W, w_top + 0.08, f"$W_{name}$", ha="center", va="bottom", fontsize=SIZE)
         ax.text(x_W, y - d * u / 2 - 0.08, f"$d\\times d_k$ = {d} × {d_k}", ha="center", va="top", fontsize=SMALL)
         ax.text(w_right + 0.17, y, "=", ha="center", va="center", fontsize=12)
-        *_, o_right, o_top = _matrix(ax, x_out, y, T, d_k, u, PALETTE[color])
+        *_, o_right, o_top = _matrix(ax, x_out, y, T, d_k, u, color)
         if tokens is not None:
             _row_labels(ax, x_out - d_k * u / 2 - 0.06, o_top, u, tokens)
         ax.text(x_out, o_top + 0.08, f"${name} = XW_{name}$", ha="center", va="bottom", fontsize=SIZE)
@@ -362,9 +366,10 @@ def _heads_shown(heads, most=6):
 
 def multi_head_split(B, T, d, heads):
     """Figure: multi-head attention's reshapes. ``x (B, T, d)`` is projected to ``q, k, v (B, T, d)``, split
-    along ``d`` into ``heads`` heads ``(B, H, T, d/H)``, attended in each head, concatenated back to
-    ``(B, T, d)`` and projected by ``W_O``; each tensor's shape is written under it, in symbols and in numbers,
-    and the split tensor's width ``d`` and one head's ``d/H`` on it. The letters are section 9.2's: ``H``
+    along ``d`` into ``heads`` heads, all of them ``(B, H, T, d/H)``, attended in each head, concatenated back to
+    ``(B, T, d)`` and projected by ``W_O``; each tensor's shape is written under it, in symbols and in numbers.
+    ``d`` runs down the tensors: the split tensor's height is marked ``d`` at its left side, and one head's
+    stripe ``d/H``. The letters are section 9.2's: ``H``
     heads, head ``h``. Up to 6 heads are drawn, more as the first two, an ellipsis and the last. Returns the
     figure."""
     B, T, d = positive_int(B, "B"), positive_int(T, "T"), positive_int(d, "d")
@@ -376,12 +381,12 @@ def multi_head_split(B, T, d, heads):
     stack = len(shown) * row
     whole, split = ("B", "T", "d"), ("B", "H", "T", "d/H")
     columns = [("input $x$", whole, (B, T, d)), ("$q, k, v$ (each)", whole, (B, T, d)),
-               ("per head", split, (B, heads, T, d // heads)), ("heads' outputs", split, (B, heads, T, d // heads)),
+               ("split into heads", split, (B, heads, T, d // heads)), ("heads' outputs", split, (B, heads, T, d // heads)),
                ("concatenated", whole, (B, T, d)), ("output", whole, (B, T, d))]
     under = [f"{name}\n" + _shape(names, sizes) for name, names, sizes in columns]
-    H = stack + 1.45 + 0.17 * max(text.count("\n") + 1 for text in under)
+    H = stack + 1.2 + 0.17 * max(text.count("\n") + 1 for text in under)
     fig, ax = _canvas(W, H)
-    top = H - 1.05
+    top = H - 0.8
     ys = top - row / 2 - row * np.arange(len(shown))
     xs = [0.45, 1.5, 2.65, 3.8, 4.95, 6.0]
     split_label = f"$d/H$ = {d // heads}"                         # written on the first head's stripe
@@ -392,7 +397,14 @@ def multi_head_split(B, T, d, heads):
              "attention\nin each head", "concatenate\nthe heads", "project\nby $W_O$"]
     for x, text in zip([(a + b) / 2 for a, b in pairwise(xs)], steps, strict=True):
         ax.text(x, H - 0.38, text, ha="center", va="center", fontsize=SMALL)
-    ax.text(xs[1], top + 0.16, f"$d$ = {d}", ha="center", va="center", fontsize=SMALL)    # the split tensor's width
+    x_d = xs[1] - striped / 2 - 0.1                             # the split dimension, d, measured down the left side
+    ax.annotate("", xy=(x_d, top), xytext=(x_d, top - stack), arrowprops=dict(arrowstyle="|-|", mutation_scale=2.5,
+                                                                              lw=0.8, shrinkA=0, shrinkB=0))
+    if _width(f"$d$ = {d}") + 0.1 <= stack / 2:                 # above the arrow from x, which enters halfway down
+        ax.text(x_d - 0.04, top - stack / 4, f"$d$ = {d}", ha="center", va="bottom", fontsize=SMALL, rotation=90,
+                rotation_mode="anchor")
+    else:                                                        # one short head: over the line's top end
+        ax.text(x_d, top + 0.15, f"$d$ = {d}", ha="right", va="center", fontsize=SMALL)
     for x in (xs[0], xs[5]):
         _box(ax, x, top - stack / 2, 0.4, stack, "", "0.85")
     for x in (xs[1], xs[4]):

@@ -3,6 +3,7 @@
 import matplotlib.pyplot as plt
 import pytest
 import torch
+from matplotlib.colors import to_rgba
 from matplotlib.lines import Line2D
 
 from helpers import diagrams
@@ -102,7 +103,9 @@ def test_attention_maps_draws_9_2s_panels_labelled_with_the_tokens():
         axes = fig.axes
         assert [a.get_title() for a in axes] == [r"scores $QK^\top/\sqrt{d_k}$", "mask $M$", "weights $A$",
                                                  "outputs $Y = AV$"]
-        assert all([t.get_text() for t in a.get_yticklabels()] == tokens for a in axes)
+        for left, right in (axes[:2], axes[2:]):                     # rows of two sharing their rows, the queries
+            assert [t.get_text() for t in left.get_yticklabels()] == tokens and left.get_ylabel() == "query $i$"
+            assert list(right.get_yticks()) == list(left.get_yticks()) and right.get_position().y0 == left.get_position().y0
         assert all([t.get_text() for t in a.get_xticklabels()] == tokens for a in axes[:3])
         assert axes[3].get_xlabel() == "value coordinate" and len(axes[3].get_xticks()) == 2
         blank = torch.from_numpy(axes[2].images[0].get_array().filled(float("nan"))).isnan()
@@ -128,6 +131,65 @@ def test_attention_maps_draws_9_2s_panels_labelled_with_the_tokens():
         with pytest.raises(ValueError, match=match):
             call()
     assert plt.get_fignums() == before
+
+
+def _attention_example(T=6, d_v=4):
+    g = torch.Generator().manual_seed(0)
+    hidden = causal_mask(T)
+    scores = torch.randn(T, T, generator=g, dtype=torch.float64)
+    weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), -1)
+    return hidden, scores, weights, weights @ (torch.rand(T, d_v, generator=g, dtype=torch.float64) * 2.6 - 1.3)
+
+
+def test_attention_maps_fit_the_sites_column_with_every_number_inside_its_cell():
+    """Figure 9.2.2 at the book's settings: 6.5 inches wide (the site shows it unshrunk), its four panels in two
+    rows of two, every cell the same size, every number at 9 points and inside its cell with room to spare."""
+    import matplotlib as mpl
+
+    from helpers import plotting
+
+    hidden, scores, weights, outputs = _attention_example()
+    tokens = "Your journey starts with one step".split()
+    with mpl.rc_context(plotting.STYLE):
+        fig = diagrams.attention_maps(tokens, hidden, weights, outputs, scores=scores)
+        try:
+            assert fig.get_size_inches()[0] == diagrams.WIDTH
+            axes, (W, H) = fig.axes, fig.get_size_inches()
+            cells = {(round(a.get_position().width * W / a.images[0].get_array().shape[1], 6),
+                      round(a.get_position().height * H / a.images[0].get_array().shape[0], 6)) for a in axes}
+            assert len(cells) == 1
+            (u, _), = cells
+            assert axes[0].get_position().y0 == axes[1].get_position().y0 > axes[2].get_position().y1
+            fig.canvas.draw()
+            renderer = fig.canvas.get_renderer()
+            numbers = [t for a in axes for t in a.texts]
+            assert len(numbers) == 36 + 36 + 21 + 24 and {t.get_fontsize() for t in numbers} == {diagrams.SMALL}
+            for text in numbers:                                   # at most the cell's width less 0.06 inch
+                assert text.get_window_extent(renderer).width <= (u - 0.06) * fig.dpi, text.get_text()
+            assert all(s.get_visible() for a in axes for s in a.spines.values())      # white cells end at a frame
+        finally:
+            plt.close(fig)
+        fig = diagrams.attention_maps(["abcdefgh"] * 8, causal_mask(8), torch.eye(8), torch.ones(8, 8))
+        try:                                                       # too narrow for the numbers: the cells stay bare
+            assert fig.get_size_inches()[0] == diagrams.WIDTH and not any(a.texts for a in fig.axes)
+        finally:
+            plt.close(fig)
+
+
+def test_attention_maps_draw_hidden_keys_white_in_the_mask_and_blank_in_the_weights():
+    from matplotlib.colors import to_rgba
+
+    hidden, scores, weights, outputs = _attention_example(4, 2)
+    fig = diagrams.attention_maps(list("abcd"), hidden, weights, outputs)
+    try:
+        mask, shown = fig.axes[0], fig.axes[1]
+        image = mask.images[0]
+        drawn = image.cmap(image.norm(image.get_array()))
+        assert torch.equal(torch.from_numpy((drawn == to_rgba("white")).all(-1)), hidden)
+        assert torch.equal(torch.from_numpy((drawn == to_rgba(PALETTE["blue"])).all(-1)), ~hidden)
+        assert to_rgba(shown.get_facecolor()) == to_rgba("white")            # blank weights show the white axes
+    finally:
+        plt.close(fig)
 
 
 def test_cost_crossover_draws_the_counts_against_the_model():
@@ -247,6 +309,7 @@ def test_mask_style_paints_visible_keys_blue_and_hidden_keys_pale(ax):
     colors = {(t.get_text(), tuple(image.cmap(image.norm(v)))) for t, v in zip(ax.texts, hidden.flatten().tolist(), strict=True)}
     assert {c for text, c in colors if text == "0"} == {to_rgba(PALETTE["blue"])}
     assert all(diagrams._luminance(c) > 0.8 for text, c in colors if text != "0")
+    assert {c for text, c in colors if text != "0"} == {to_rgba("white")}     # as masks_on_batch and mask_grid
     assert {(t.get_text(), t.get_color()) for t in ax.texts} == {("0", "white"), ("$-\\infty$", "black")}
     assert {t.get_fontsize() for t in ax.texts} == {9}
 
@@ -275,7 +338,10 @@ def test_vit_input_shows_the_image_its_patches_and_the_token_sequence():
     img = torch.rand(3, 64, 64)
     fig = vit_input(img, 16)
     try:
+        assert fig.get_size_inches()[0] == diagrams.WIDTH
         image, grid, sequence = fig.axes                          # the image, its patches, the token sequence
+        assert min(t.get_fontsize() for t in [*fig.texts, *grid.texts, *sequence.texts, image.xaxis.label,
+                                              *image.get_xticklabels(), *image.get_yticklabels()]) >= diagrams.SMALL
         assert len(grid.images) == 16 and len(sequence.images) == 1 + 16          # 4 x 4 patches; cls + 16 tokens
         assert torch.equal(torch.as_tensor(grid.images[0].get_array()), img[:, :16, :16].permute(1, 2, 0))
         assert torch.equal(torch.as_tensor(sequence.images[-1].get_array()), img[:, 48:, 48:].permute(1, 2, 0))
@@ -401,3 +467,65 @@ def test_saturation_panels_names_marks_that_are_not_a_dict():
     with pytest.raises(ValueError, match=r"marks must be a dict \{sigma: label\}, got list \[1\]"):
         diagrams.saturation_panels([1, 2], [[0.5], [0.6]], [[0.1], [0.2]], [[0.5], [0.4]], [1])
     assert plt.get_fignums() == before
+
+
+def test_sparse_patterns_draws_each_pattern_and_the_reach_under_them():
+    T = 16
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    window = (i - j).abs() <= 1
+    patterns = {"sliding window": window, "global tokens": window | (i < 1) | (j < 1)}
+    reach = torch.stack([(torch.arange(T) - 8).abs() <= n for n in range(1, 4)])
+    fig = diagrams.sparse_patterns(patterns, reach, 8)
+    try:
+        assert fig.get_size_inches()[0] == diagrams.WIDTH
+        *grids, below = fig.axes
+        assert [a.get_title() for a in grids] == list(patterns)
+        for ax, p in zip(grids, patterns.values(), strict=True):
+            assert torch.equal(torch.as_tensor(ax.images[0].get_array()), p)
+            assert ax.images[0].cmap(1.0) == to_rgba(PALETTE["blue"]) and list(ax.get_xticks()) == [0, 8, 15]
+        assert torch.equal(torch.as_tensor(below.images[0].get_array()), reach)
+        assert [t.get_text() for t in below.get_yticklabels()] == ["1", "2", "3"]       # layers counted from 1
+        assert below.get_position().y1 < min(a.get_position().y0 for a in grids)       # under the patterns
+        assert "reaches token 8" in below.get_title()
+        assert min(t.get_fontsize() for a in fig.axes for t in (a.title, a.xaxis.label, *a.get_xticklabels())) >= 9
+    finally:
+        plt.close(fig)
+    before = plt.get_fignums()
+    for call, match in ((lambda: diagrams.sparse_patterns({"a": window.float()}, reach, 8), "bool"),
+                        (lambda: diagrams.sparse_patterns(patterns, reach[:, :4], 8), "reach must be"),
+                        (lambda: diagrams.sparse_patterns(patterns, reach, 16), "token must be a position from 0 to 15"),
+                        (lambda: diagrams.sparse_patterns(dict.fromkeys("abcd", window), reach, 8), "1 to 3")):
+        with pytest.raises(ValueError, match=match):
+            call()
+    assert plt.get_fignums() == before
+
+
+def test_shifted_windows_outline_the_masks_pieces_in_dark_yellow_under_the_regular_windows():
+    """Figure 9.6.3: the regular windows and the shifted ones in thick white; the rolled panel outlines the mask's
+    pieces in dashed dark yellow (3.1:1 on white, where Okabe and Ito's yellow has 1.3:1), 2 points wide, under
+    the regular windows' white, and numbers the shifted windows; the image rolled with the grid."""
+    from matplotlib.collections import LineCollection
+
+    from helpers.vision import window_borders, window_ids
+
+    image = torch.rand(64, 64, 3, generator=torch.Generator().manual_seed(0))
+    regular, shifted = window_ids(8, 8, 4), window_ids(8, 8, 4, shift=2)
+    rolled = shifted.roll((-2, -2), dims=(0, 1))
+    fig = diagrams.shifted_windows(image, regular, shifted, rolled, 2)
+    try:
+        assert fig.get_size_inches()[0] == diagrams.WIDTH
+        left, middle, right = fig.axes
+        assert [sorted(t.get_text() for t in a.texts) for a in fig.axes] == [[], [str(w) for w in range(9)],
+                                                                             [str(w) for w in range(9)]]
+        masks, windows = (c for c in right.collections if isinstance(c, LineCollection))
+        assert to_rgba(masks.get_colors()[0]) == to_rgba(diagrams.DARK_YELLOW) != to_rgba(PALETTE["yellow"])
+        assert masks.get_linewidths()[0] >= 2 and masks.get_linestyles()[0][1] is not None          # dashed
+        assert len(masks.get_segments()) == len(window_borders(rolled))
+        assert to_rgba(windows.get_colors()[0]) == to_rgba("white") and windows.get_linewidths()[0] == 3
+        assert right.collections.index(masks) < right.collections.index(windows)                  # white on top
+        assert torch.equal(torch.as_tensor(right.images[0].get_array()), image.roll((-16, -16), dims=(0, 1)))
+        assert min(t.get_fontsize() for a in fig.axes for t in (*a.texts, a.xaxis.label, *a.get_xticklabels())) >= 9
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="1 to 3"):
+        diagrams.window_panels([])

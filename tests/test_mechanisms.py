@@ -29,6 +29,7 @@ from helpers.attention import causal_mask, padding_mask
 from helpers.diagrams import _luminance
 from helpers.plotting import PALETTE
 from helpers.positions import frequencies
+from helpers.vision import window_ids
 
 SCORES = torch.tensor([1.2, -0.3, 2.1, 0.4, -1.0])
 WEIGHTS = torch.softmax(SCORES, 0)
@@ -38,6 +39,19 @@ UNMASKED = torch.zeros(7, 7, dtype=torch.bool)
 FAMILIES = {"encoder-only: self-attention": UNMASKED, "decoder-only: causal self-attention": causal_mask(5),
             "encoder–decoder: encoder self-attention": UNMASKED, "encoder–decoder: decoder causal self-attention": causal_mask(5),
             "encoder–decoder: cross-attention (decoder → encoder)": torch.zeros(5, 7, dtype=torch.bool)}
+# 9.2's heat maps on its running example's shapes (six tokens, d_k = 4), and 9.5's and 9.6's data figures.
+_G = torch.Generator().manual_seed(0)
+_S = torch.randn(6, 6, generator=_G, dtype=torch.float64)
+_A = torch.softmax(_S.masked_fill(causal_mask(6), float("-inf")), -1)
+_Y = _A @ (torch.rand(6, 4, generator=_G, dtype=torch.float64) * 2.6 - 1.3)
+_IMAGE = torch.rand(3, 224, 224, generator=_G)
+_T = 32
+_WINDOW = (torch.arange(_T)[:, None] - torch.arange(_T)[None, :]).abs() <= 2
+_PATTERNS = {"sliding window": _WINDOW, "strided": _WINDOW | ((torch.arange(_T)[:, None] - torch.arange(_T)).remainder(8) == 0),
+             "global tokens": _WINDOW | (torch.arange(_T)[:, None] < 2) | (torch.arange(_T)[None, :] < 2)}
+_REACH = torch.stack([(torch.arange(_T) - 16).abs() <= 2 * n for n in range(1, 7)])
+_REGULAR, _SHIFTED = window_ids(8, 8, 4), window_ids(8, 8, 4, shift=2)
+_PHOTO = _IMAGE.permute(1, 2, 0)
 # Each function at a typical size (the notebook's call) and at the largest (or most crowded) its layout takes.
 CASES = {
     "soft_lookup": lambda: mechanisms.soft_lookup(WEIGHTS, [0.8, -0.5, 1.3, 0.1, -1.2], SCORES),
@@ -79,6 +93,16 @@ CASES = {
     "vit_tokens": lambda: mechanisms.vit_tokens(196, 192, patch=16),
     "vit_tokens-4": lambda: mechanisms.vit_tokens(4),
     "transformer_block": lambda: diagrams.transformer_block(FAMILIES),
+    "attention_maps": lambda: diagrams.attention_maps(SENTENCE, causal_mask(6), _A, _Y, scores=_S),
+    "attention_maps-control": lambda: diagrams.attention_maps(SENTENCE, causal_mask(6), _A, _Y),
+    "attention_maps-8": lambda: diagrams.attention_maps(["abcdefgh"] * 8, causal_mask(8), torch.eye(8), torch.ones(8, 8)),
+    "vit_input": lambda: diagrams.vit_input(_IMAGE, 32),
+    "vit_input-4": lambda: diagrams.vit_input(_IMAGE[:, :64, :64], 16),
+    "sparse_patterns": lambda: diagrams.sparse_patterns(_PATTERNS, _REACH, 16),
+    "shifted_windows": lambda: diagrams.shifted_windows(_PHOTO, _REGULAR, _SHIFTED, _SHIFTED.roll((-2, -2), (0, 1)), 2),
+    "window_panels-2": lambda: diagrams.window_panels([(_PHOTO, _SHIFTED, "shift 2: 9 windows", True, None),
+                                                       (_PHOTO, _SHIFTED.roll((-2, -2), (0, 1)),
+                                                        "rolled by 2: 4 windows + mask", True, _REGULAR)]),
 }
 SITE, DPI = 672, 100          # the site's content column (px, a 1280-px window) and the notebooks' figure dpi
 CAP = text_to_path.get_text_width_height_descent("H", FontProperties(size=100), False)[1] / 100   # capitals' height / size
@@ -224,7 +248,8 @@ def test_the_palettes_lines_are_legible_and_yellow_is_darkened():
 @pytest.mark.parametrize("case", ["soft_lookup", "encoder_decoder_attention", "qkv_projection", "multi_head_split",
                                   "masks_on_batch", "rope_rotation", "encoder_decoder_wiring", "decoder_only_stack",
                                   "online_softmax_tiles", "kv_cache", "grouped_query_heads", "vit_tokens",
-                                  "transformer_block"])
+                                  "transformer_block", "attention_maps", "vit_input", "sparse_patterns",
+                                  "shifted_windows"])
 def test_each_figure_renders_to_the_same_svg_bytes(case, draw):
     assert svg(draw(CASES[case])) == svg(draw(CASES[case]))
 
@@ -395,6 +420,37 @@ def test_qkv_projection_writes_the_shapes_and_draws_them_to_scale(draw):
     assert ratios == [10 / 8, 8 / 2, 10 / 2]                          # X (10 x 8), each W (8 x 2), each output (10 x 2)
 
 
+def test_qkv_projection_colours_queries_keys_and_values_as_9_1_does(draw):
+    """Figure 9.2.1 draws the queries vermillion, the keys sky and the values orange, as 9.1's soft_lookup draws the
+    query, the keys and the values: each W and its product in the tint of 9.1's colour, ruled in that colour."""
+    lookup = draw(CASES["soft_lookup"]).axes[0]
+    boxes = [p for p in lookup.patches if isinstance(p, FancyBboxPatch)]
+
+    def colour_of(prefix):
+        """The face colour of soft_lookup's box holding the label that starts with ``prefix``."""
+        x, y = next(t.get_position() for t in lookup.texts if t.get_text().startswith(prefix))
+        return next(p.get_facecolor() for p in boxes if p.get_x() < x < p.get_x() + p.get_width()
+                    and p.get_y() < y < p.get_y() + p.get_height())
+
+    assert [colour_of(p) for p in ("$q$", "$k_{1}$", "$v_{1}$")] == \
+        [mpl.colors.to_rgba(c) for c in (mechanisms.QUERY, mechanisms.KEY, mechanisms.VALUE)]
+    ax = draw(mechanisms.qkv_projection, 6, 8, 4, tokens=SENTENCE).axes[0]
+    frames = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_edgecolor()[:3] == (0, 0, 0)]
+    rows = sorted({round(p.get_y() + p.get_height() / 2, 6) for p in frames[1:]}, reverse=True)   # Q's row on top
+    for y, prefix in zip(rows, ("$q$", "$k_{1}$", "$v_{1}$"), strict=True):
+        faces = {p.get_facecolor()[:3] for p in frames[1:] if round(p.get_y() + p.get_height() / 2, 6) == y}
+        assert faces == {mechanisms._tint(colour_of(prefix)[:3])}
+    rules = {mpl.colors.to_hex(line.get_color()) for line in ax.lines}
+    assert {mpl.colors.to_hex(c) for c in (mechanisms.QUERY, mechanisms.KEY, mechanisms.VALUE)} <= rules
+    assert not {mpl.colors.to_hex(PALETTE[c]) for c in ("blue", "green")} & rules          # 9.2.1's colours before
+
+
+def test_the_first_heads_take_no_colour_of_queries_keys_or_values():
+    """A head's colour should not read as the query's, the keys' or the values': the first five avoid them."""
+    assert not {mechanisms.QUERY, mechanisms.KEY, mechanisms.VALUE} & set(mechanisms.HEADS[:5])
+    assert len(set(mechanisms.HEADS)) == len(mechanisms.HEADS) == 8
+
+
 def test_qkv_projection_labels_the_rows_of_x_q_k_and_v_with_the_tokens(draw):
     fig = draw(mechanisms.qkv_projection, 6, 8, 4, tokens=SENTENCE)
     words = [t for t in fig.axes[0].texts if t.get_text() in SENTENCE]
@@ -417,13 +473,34 @@ def test_qkv_projection_refuses_bad_sizes(args, message):
 def test_multi_head_split_writes_every_tensors_shape_with_the_sections_letters(draw):
     texts = strings(draw(mechanisms.multi_head_split, 2, 5, 16, 4))
     assert texts.count("input $x$\n(B, T, d)\n= (2, 5, 16)") == 1
-    assert texts.count("per head\n(B, H, T, d/H)\n= (2, 4, 5, 4)") == 1
+    assert texts.count("split into heads\n(B, H, T, d/H)\n= (2, 4, 5, 4)") == 1     # all the heads: not one head's shape
+    assert not any(t.startswith("per head") for t in texts)
     assert {"split $d$ into\n$H$ = 4 heads", "$d$ = 16", "$d/H$ = 4"} <= set(texts)
     assert not any("(B, h" in t or "$h$" in t for t in texts)                 # H heads; h is a head's index
     assert [t for t in texts if t.startswith("head ")] == ["head 1", "head 2", "head 3", "head 4"]
     texts = strings(draw(mechanisms.multi_head_split, 1, 3, 64, 8))
-    assert "per head\n(B, H, T, d/H)\n= (1, 8, 3, 8)" in texts and "$d/H$ = 8" in texts
+    assert "split into heads\n(B, H, T, d/H)\n= (1, 8, 3, 8)" in texts and "$d/H$ = 8" in texts
     assert [t for t in texts if t.startswith("head ")] == ["head 1", "head 2", "head 8"] and texts.count("⋮") == 4
+
+
+def test_multi_head_split_marks_d_down_the_side_the_heads_split(draw):
+    """The stripes split q, k, v from top to bottom, so d is marked along that side: a bar from the box's top to its
+    bottom, left of it, labelled upright beside it; not above the box, where it would read as its width."""
+    fig = draw(mechanisms.multi_head_split, 2, 5, 16, 4)
+    ax = fig.axes[0]
+    box = next(p for p in ax.patches if isinstance(p, Rectangle) and p.get_facecolor()[3] == 0)    # q, k, v's outline
+    bottom, top, left = box.get_y(), box.get_y() + box.get_height(), box.get_x()
+    label = next(t for t in ax.texts if t.get_text() == "$d$ = 16")
+    assert label.get_rotation() == 90
+    bar = next(a for a in ax.texts if isinstance(a, Annotation) and a.arrowprops["arrowstyle"] == "|-|")
+    (x0, y0), (x1, y1) = bar.xyann, bar.xy
+    assert x0 == x1 < left and sorted((y0, y1)) == pytest.approx([bottom, top])
+    fig.canvas.draw()
+    shown = label.get_window_extent(fig.canvas.get_renderer()).transformed(ax.transData.inverted())
+    assert shown.x1 <= x0 and bottom <= shown.y0 < shown.y1 <= top             # beside the bar, within its span
+    assert shown.height > shown.width                                          # upright
+    heads = [t for t in ax.texts if t.get_text() == "$d/H$ = 4"]
+    assert len(heads) == 1 and bottom < heads[0].get_position()[1] < top
 
 
 def test_multi_head_split_needs_heads_that_divide_d():
