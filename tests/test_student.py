@@ -73,6 +73,21 @@ def test_student_edition_keeps_the_main_text_and_the_starters(path):
 
 
 @pytest.mark.parametrize("path", STORED, ids=NAMES)
+def test_student_edition_keeps_every_exercise_and_its_statement(path):
+    """A markdown cell tagged solution held the heading and statement of Exercise 9.A.1 below the solutions' note,
+    so the student edition lost the exercise (and the ledger's links to it broke the student site)."""
+    full, edition = book(path), student.student(book(path))
+    for cell in full.cells:
+        if student.is_solution(cell) and cell.cell_type == "markdown":
+            assert not re.search(r"^#+ ", cell.source, re.M), f"a heading in a solution cell: {cell.source[:200]}"
+    headings = [line for c in full.cells if c.cell_type == "markdown" for line in c.source.splitlines()
+                if line.startswith("#")]
+    kept = [line for c in edition.cells if c.cell_type == "markdown" for line in c.source.splitlines()
+            if line.startswith("#")]
+    assert kept == headings
+
+
+@pytest.mark.parametrize("path", STORED, ids=NAMES)
 def test_solution_cells_hold_only_what_pasting_would_put_in_the_starter(path):
     """A solution cell is its starter's twin: imports, the reference function, the same check line; nothing that
     would run an experiment or redefine anything else when pasted."""
