@@ -5,6 +5,7 @@ Each checker accepts the notebook's reference solution and rejects the usual mis
 hint (exercises_common.py says how; the shared layout is tested in test_exercises_layout.py).
 """
 
+import copy
 import re
 
 import pytest
@@ -72,6 +73,13 @@ def _mqa_unscaled(x, W_q, W_k, W_v, heads):
     return (s.softmax(-1) @ (x @ W_v)[:, None]).transpose(1, 2).reshape(B, T, d)
 
 
+def _mqa_by_head_width(x, W_q, W_k, W_v, heads):
+    B, T, d = x.shape
+    q = (x @ W_q).view(B, T, heads, d // heads).transpose(1, 2)
+    s = (q @ (x @ W_k)[:, None].mT / (d // heads)).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return (s.softmax(-1) @ (x @ W_v)[:, None]).transpose(1, 2).reshape(B, T, d)
+
+
 def _mqa_diagonal(x, W_q, W_k, W_v, heads):
     B, T, d = x.shape
     q = (x @ W_q).view(B, T, heads, d // heads).transpose(1, 2)
@@ -110,6 +118,35 @@ def _reach_loop(layer, T=64, d=4):
         for j in range(T):
             x2 = x.clone()
             x2[0, j] += 1.0
+            if not torch.equal(layer(x2)[0, -1], base):
+                return T - 1 - j
+    return 0
+
+
+def _reach_float64_loop(layer, T=64, d=4):
+    """Correct, another way: replace one input at a time with fresh noise, in a float64 copy of the layer, whose
+    rounding step at the output (1.8e-15) is far below the faint tap's effect."""
+    layer = copy.deepcopy(layer).double()
+    x = torch.randn(1, T, d, dtype=torch.float64)
+    with torch.no_grad():
+        base = layer(x)[0, -1]
+        for j in range(T):
+            x2 = x.clone()
+            x2[0, j] = torch.randn(d, dtype=torch.float64)
+            if not torch.equal(layer(x2)[0, -1], base):
+                return T - 1 - j
+    return 0
+
+
+def _reach_fresh_noise(layer, T=64, d=4):
+    """A student's: replace one input at a time with fresh noise, in float32, and compare exactly (review of the
+    checkers, item 2: it failed 15 checks in 300, always on the faint layer)."""
+    x = torch.randn(1, T, d)
+    with torch.no_grad():
+        base = layer(x)[0, -1]
+        for j in range(T):
+            x2 = x.clone()
+            x2[0, j] = torch.randn(d)
             if not torch.equal(layer(x2)[0, -1], base):
                 return T - 1 - j
     return 0
@@ -302,6 +339,7 @@ STUDENTS = {
         (lambda x, W_q, W_k, W_v, heads: torch.nn.functional.scaled_dot_product_attention(
             x @ W_q, (x @ W_k).repeat(1, 1, heads), (x @ W_v).repeat(1, 1, heads), is_causal=True), "Every head's"),
         (_mqa_unscaled, "The scores are not scaled"),
+        (_mqa_by_head_width, "divided by the width of a head, d_h, not by its square root"),   # review of the checkers
         (_mqa_diagonal, "hides the diagonal too"),
     ],
     "9.2.4": [
@@ -351,7 +389,7 @@ NEW_WRONG = {
 
 
 RIGHT = {
-    "9.2.2": [_reach_jacobian, _reach_loop, lambda layer, T=64, d=4: float(reach(layer, T, d))],
+    "9.2.2": [_reach_jacobian, _reach_float64_loop, lambda layer, T=64, d=4: float(reach(layer, T, d))],
     "9.2.5": [_lookup_written, _lookup_sdpa],
 }
 
@@ -417,28 +455,40 @@ def test_9_2_2_a_threshold_on_the_gradient_is_rejected():
     assert not any(verdict("9.2.2", reach)[0] for _ in range(5))
 
 
-def test_9_2_2_the_faint_case_tells_exact_tests_from_tolerant_ones_on_every_draw():
-    """A perturbation test with torch.allclose passed 19 checks in 30: the faint tap moved the output by about
-    allclose's own tolerance. Now its effect is always several float32 ulps and always far below that tolerance."""
-    for seed in range(200):                                # the faint layer itself, on many draws
+def test_9_2_2_the_faint_tap_is_seen_by_the_gradient_alone_on_every_draw():
+    """Review of the checkers, item 2: a student's answer that replaced one input at a time with fresh noise and
+    compared outputs exactly failed 15 checks in 300, always on the faint layer, whose farthest input (weight 4e-6)
+    a change of 0.1 moved by less than one float32 rounding step; and the hint blamed a tolerance it did not use.
+    Now that weight is 1e-12: the gradient sees it (2e-12, not 0) on every draw, and a change of the input in float32,
+    of any reasonable size, never moves the output, so every answer that compares float32 outputs fails every check,
+    told why; a float64 comparison, and every gradient test, passes every check."""
+    for seed in range(40):                                 # the faint layer itself, on many draws
         g = torch.Generator().manual_seed(seed)
         T = (12, 16, 20, 24)[seed % 4]
         layer, want = s9_2._layer(g, 2, T, "faint")
         torch.manual_seed(seed)
-        assert _perturb(layer, T, 2) == want and _perturb(layer, T, 2, channel=seed % 2) == want
-        assert _perturb(layer, T, 2, compare=torch.allclose) < want
+        assert reach(layer, T, 2) == want and _reach_float64_loop(layer, T, 2) == want
+        x = torch.randn(1, T, 2)
+        with torch.no_grad():
+            y = layer(x)[0, -1]
+            for amount in (torch.randn(2), torch.full((2,), 100.0), torch.full((2,), 1e-3)):
+                moved = x.clone()
+                moved[0, T - 1 - want] += amount
+                assert torch.equal(layer(moved)[0, -1], y)
+        assert _perturb(layer, T, 2) < want and _perturb(layer, T, 2, compare=torch.allclose) < want
         assert _reach_threshold(layer, T, 2) < want and _reach_threshold(layer, T, 2, "max") < want
-    right = [_perturb, lambda layer, T=64, d=4: _perturb(layer, T, d, channel=0), _reach_jacobian,
-             lambda layer, T=64, d=4: reach(layer, T, d)]
-    wrong = [lambda layer, T=64, d=4: _perturb(layer, T, d, compare=torch.allclose), _reach_threshold,
+    right = [_reach_jacobian, _reach_float64_loop, lambda layer, T=64, d=4: reach(layer, T, d)]
+    wrong = [_reach_fresh_noise, _perturb, lambda layer, T=64, d=4: _perturb(layer, T, d, channel=0),
+             lambda layer, T=64, d=4: _perturb(layer, T, d, compare=torch.allclose), _reach_threshold,
              lambda layer, T=64, d=4: _reach_threshold(layer, T, d, "max")]
-    for seed in range(30):
-        for answer in right:
+    for seed in range(4):                                 # (each answer's verdict on the faint layer is the same
+        for answer in right:                              # at every draw: the loop above tries 40 of them)
             ok, message = verdict("9.2.2", answer, seed=seed)
             assert ok, message
         for answer in wrong:
             ok, message = verdict("9.2.2", answer, seed=seed)
-            assert ok is False and "case 4 of 6" in message and "with no threshold or tolerance" in message, message
+            assert ok is False and "case 4 of 6" in message and "less than float32 rounds off" in message \
+                and "Measure with the gradient" in message and "with no threshold or tolerance" in message, message
 
 
 def test_9_2_2_a_zero_gets_the_hint_of_the_mistake_that_gives_it():
@@ -544,3 +594,54 @@ def test_9_2_5_states_the_checks_level_and_its_reference_clears_it_on_every_draw
     start = time.process_time()
     ok, message = verdict("9.2.5", reference, seed=7)
     assert ok and time.process_time() - start < 10, (message, time.process_time() - start)
+
+
+# Review of the checkers (students' findings) --------------------------------------------------------------------------
+
+def test_9_2_1_the_helpers_are_refused_however_they_are_reached():
+    """Item 5: the exercise asks for the mask without the helpers, and the section builds it on screen with them, as
+    padding_mask(lengths, T) | causal_mask(T), which passed. Now every torch call made inside either helper is refused,
+    whatever name the answer called it by."""
+    import helpers.attention
+    from helpers.attention import causal_mask
+    from helpers.attention import padding_mask as pad
+
+    def on_screen(lengths, T):
+        return padding_mask(lengths, T) | causal_mask(T)
+
+    def through_module(lengths, T):
+        return helpers.attention.padding_mask(lengths, T) | torch.ones(T, T, dtype=torch.bool).triu(1)
+
+    def aliased(lengths, T):
+        return pad(lengths, T) | torch.ones(T, T, dtype=torch.bool).triu(1)
+
+    def caught(lengths, T):                             # the refusal caught, and the mask built without them
+        try:
+            return causal_mask(T) | _mask(lengths, T)
+        except Exception:  # noqa: BLE001
+            return _mask(lengths, T)
+    for answer in (on_screen, through_module, aliased, caught):
+        fails_on_every_seed("9.2.1", answer, "calls the chapter's padding_mask or causal_mask", seeds=range(5))
+    assert verdict("9.2.1", _mask)[0] and verdict("9.2.1", _mask_loops)[0]
+
+
+def test_9_2_5_a_model_whose_answers_depend_on_the_batch_fails():
+    """Item 3: a trained model whose forward took the softmax over the batch, dim 0, passed: the argmax of each row
+    barely moves. Now a few lookups run alone must give their rows of the batch."""
+    trained = _lookup()
+
+    def train_lookup(tokens, lengths, answers, vocab, classes):
+        model = trained(tokens, lengths, answers, vocab, classes)
+
+        class Wrap(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = model
+
+            def forward(self, t, n):
+                return self.m(t, n).softmax(0)
+        return Wrap()
+    for seed in range(2):
+        ok, message = verdict("9.2.5", train_lookup, seed=seed)
+        assert ok is False and "run alone, a batch of one, differs from its row" in message, message
+        assert "over the batch dimension" in message

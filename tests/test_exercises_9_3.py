@@ -403,9 +403,9 @@ def test_9_3_1_shows_what_its_message_claims_and_hides_fresh_cases():
         assert ok, message
         runs.append(list(seen))
     first, second = runs
-    assert first[:4] == second[:4] and len(first) > 4, "the shown cases are the same at every check"
-    assert {0.5, 2.0 ** -8} <= {m for m, _, _ in first[:4]} and {16, 4096} <= {T for _, T, _ in first[:4]}
-    assert set(first[4:]).isdisjoint(second[4:]), "the hidden ones are new"
+    assert first[:5] == second[:5] and len(first) > 5, "the shown cases are the same at every check"
+    assert {0.5, 2.0 ** -8} <= {m for m, _, _ in first[:5]} and {16, 4096} <= {T for _, T, _ in first[:5]}
+    assert set(first[5:]).isdisjoint(second[5:]), "the hidden ones are new"
     answer, learn = harvester(float)
     for _ in range(8):
         ok, message = verdict("9.3.1", answer)
@@ -479,3 +479,76 @@ def test_9_3_5_a_symmetric_position_signal_gives_a_sequence_and_its_reversal_the
             out = model.eval()(tokens)
             assert torch.allclose(model(tokens.flip(1)), out, atol=1e-5) == (name == "ALiBi without its mask"), name
             assert not torch.allclose(model(swapped), out, atol=1e-5), name
+
+
+# Review of the checkers (students' findings) --------------------------------------------------------------------------
+
+def test_9_3_1_a_search_over_too_small_a_range_fails_every_check():
+    """Item 1: a bisection for b between 0 and 50 passed about 8% of checks, when no hidden case needed more than 50:
+    no shown case needed more than about 17. The fifth shown case needs 500.9, more than any hidden one."""
+    def advantage_for_half(m, T, delta, top=50.0):
+        d = torch.arange(T, dtype=torch.float64)
+        lo, hi = 0.0, top
+        for _ in range(100):
+            b = (lo + hi) / 2
+            s = -m * d
+            s[delta] += b
+            if torch.softmax(s, 0)[delta] < 0.5:
+                lo = b
+            else:
+                hi = b
+        return (lo + hi) / 2
+    assert abs(s9_3._advantage(0.5, 2048, 1000) - 500.93275) < 1e-4
+    fails_on_every_seed("9.3.1", advantage_for_half, "case 5 of 8 (slope 1/2, T = 2048, a key 1000 back): expected "
+                        "500.9, got 50", seeds=range(12))
+    # A range that holds the fifth case's b holds every hidden case's: the same verdict at every check.
+    assert all(verdict("9.3.1", functools.partial(advantage_for_half, top=501.0), seed=seed)[0] for seed in range(12))
+    assert all(verdict("9.3.1", _advantage_bisection, seed=seed)[0] for seed in range(12))
+
+
+def test_9_3_3_hints_for_floored_positions_a_stretched_base_and_a_function_right_at_scale_1():
+    """Item 7: t // scale and NTK's base times scale got the hint "At scale 1 your function should equal the section's
+    rope: try that first", though each was right at scale 1, the first case. Each now gets its own hint, and an answer
+    right at scale 1 and wrong elsewhere is told so."""
+    def floored(x, scale=1.0):
+        T, d = x.shape[-2:]
+        t = torch.div(torch.arange(T, dtype=torch.float64), scale, rounding_mode="floor")
+        angle = t[:, None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        return _rotated(x, angle)
+
+    def stretched_base(x, scale=1.0):
+        return rotate(x, base=10000.0 * scale)
+
+    def scale_one_only(x, scale=1.0):
+        return rotate(x) if scale == 1 else rotate(x) * 1.01
+    for answer, hint in ((floored, "rounded down to whole numbers"), (stretched_base, "NTK-aware"),
+                         (scale_one_only, "Your function is right at scale 1 but not here")):
+        fails_on_every_seed("9.3.3", answer, hint, seeds=range(6))
+        assert "try that first" not in verdict("9.3.3", answer, seed=0)[1]
+    ok, message = verdict("9.3.3", lambda x, scale=1.0: rope(x, scale) * 1.01, seed=0)   # wrong at scale 1 too
+    assert ok is False and "case 1 of" in message and "try that first" in message, message
+
+
+def _rotated(x, angle):
+    """``x`` with its pairs (2j, 2j + 1) rotated by ``angle`` (T, d / 2)."""
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+
+
+def test_9_3_5_a_model_whose_answers_depend_on_the_batch_fails():
+    """Item 3: a trained model whose forward took the softmax over the batch, dim 0, passed. Now a few sequences run
+    alone must give their rows of the batch."""
+    class Wrap(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(x).softmax(0)
+
+    def train_order_model(tokens, labels, positions=True):
+        return Wrap(_order(tokens, labels, positions))
+    for seed in range(2):
+        ok, message = verdict("9.3.5", train_order_model, seed=seed)
+        assert ok is False and "run alone, a batch of one, differs from its row" in message, message

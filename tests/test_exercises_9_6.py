@@ -17,6 +17,7 @@ from exercises_common import (
     NOTEBOOKS,
     compile_cell,
     each_wrong_answer_is_rejected_with_its_own_message,
+    fails_on_every_seed,
     ids,
     new_exercises_accept_correct_answers_written_differently,
     new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases,
@@ -71,6 +72,11 @@ def _bilinear(grid, n_new):
     return rows[:, i0] * (1 - f)[None] + rows[:, i1] * f[None]                 # (n_new, n_new, d)
 
 
+def _conv(img, W, b, P):
+    """The patch embedding as a convolution, its output as the convolution gives it: (d, H / P, W / P)."""
+    return torch.nn.functional.conv2d(img[None], W.view(len(b), P, P, -1).permute(0, 3, 1, 2), b, stride=P)[0]
+
+
 def _relative_loops(w):
     index = torch.empty(w * w, w * w, dtype=torch.long)
     for a in range(w * w):
@@ -117,7 +123,13 @@ STUDENTS = {
         (lambda img, W, b, P: torch.nn.functional.conv2d(img[None], W.view(len(b), img.shape[0], P, P), b, stride=P)[0]
          .flatten(1).T, "reads each row of W channel first"),                                         # the section's order
         (lambda img, W, b, P: torch.nn.functional.conv2d(img[None], W.view(len(b), P, P, -1).permute(0, 3, 1, 2), b)[0]
-         .flatten(1).T, "should have shape"),                                                         # stride forgotten
+         .flatten(1).T, "the patches do not overlap"),                                                # stride forgotten
+        # Review of the checkers, item 7: each of these was told to compare the order of W's numbers with the kernel's.
+        (lambda img, W, b, P: _conv(img, W, b, P), "yours is the convolution's grid, (d, rows, columns)"),
+        (lambda img, W, b, P: _conv(img, W, b, P).flatten(1).T[None], "without a batch axis"),
+        (lambda img, W, b, P: _conv(img, W, b, P).reshape(-1, len(b)), "Your tokens mix patches and features"),
+        (lambda img, W, b, P: _conv(img, W, b, P).flatten(1).T + b, "The bias is added twice"),
+        (lambda img, W, b, P: _conv(img, W, b, P).flatten(1).T[:-1], "Return one row per patch, ("),
     ],
     "9.6.2": [
         (_relative_loops, None),
@@ -129,6 +141,9 @@ STUDENTS = {
          "rows and columns are swapped"),
         (lambda w: _relative_loops(w).tolist(), "should be a torch.Tensor, got list"),
         (lambda w: _relative_loops(w).to(torch.uint8), "should be integers (torch.long), got torch.uint8"),
+        # Review of the checkers, item 7: indices past the table's end (a row stride of 2M, a shift of M)
+        (lambda w: _relative(w, stride=2 * w), "must stay below"),
+        (lambda w: _relative_loops(w) + 2 * w, "Some of your indices are past the table's end"),
     ],
     "9.6.3": [
         (lambda pos, n_new: torch.cat([pos[:1], _bilinear(pos[1:].reshape(int((len(pos) - 1) ** 0.5), -1, pos.shape[1]),
@@ -401,3 +416,68 @@ def test_9_6_5_experiment_trains_on_one_thread_and_leaves_the_callers_draws_alon
     finally:
         torch.set_num_threads(before)
     assert seen[0] == seen[1] and seen[0][0] == 1
+
+
+# Review of the checkers (students' findings) --------------------------------------------------------------------------
+
+def _grid(pos):
+    n = int(round((pos.shape[0] - 1) ** 0.5))
+    return pos[1:].reshape(n, n, -1).permute(2, 0, 1)                  # (d, n, n)
+
+
+def test_9_6_3_a_scale_factor_that_falls_short_fails_every_check():
+    """Item 4: F.interpolate with scale_factor=n_new / n passed every check, but gives 14 x 14 for 13 to 15 (and 11 to
+    15, 11 or 13 to 30): 13 * (15 / 13) is 14.999... and the size is rounded down. A shown case is now 13 to 15."""
+    def resize_positions(pos, n_new):
+        grid = _grid(pos)
+        grid = torch.nn.functional.interpolate(grid[None], scale_factor=n_new / grid.shape[-1], mode="bilinear",
+                                               align_corners=False)[0]
+        return torch.cat([pos[:1], grid.flatten(1).T])
+    fails_on_every_seed("9.6.3", resize_positions, "Your grid is 14 x 14, not 15 x 15", seeds=range(8))
+    assert "Ask for the size you want instead of a scale factor" in verdict("9.6.3", resize_positions)[1]
+
+    def reshaped(pos, n_new):                          # back to rows by a reshape, not a transpose
+        grid = torch.nn.functional.interpolate(_grid(pos)[None], size=(n_new, n_new), mode="bilinear")[0]
+        return torch.cat([pos[:1], grid.reshape(-1, pos.shape[1])])
+    fails_on_every_seed("9.6.3", reshaped, "Your new rows mix positions and features", seeds=range(4))
+    fails_on_every_seed("9.6.3", lambda pos, n_new: _resize(pos, n_new)[None], "without a batch axis", seeds=range(4))
+
+
+class _OverTheBatch(torch.nn.Module):
+    """A trained model whose forward takes the softmax over the batch, dim 0: each image's answer depends on the rest."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).softmax(0)
+
+
+def test_9_6_5_a_model_whose_answers_depend_on_the_batch_fails():
+    """Item 3: a trained model whose forward took the softmax over the batch, dim 0, passed: the argmax of each row
+    barely moves. Now a few images run alone must give their rows of the batch."""
+    for seed in range(2):
+        ok, message = verdict("9.6.5", lambda images, labels: _OverTheBatch(_vit_epochs(images, labels)), seed=seed)
+        assert ok is False and "run alone, a batch of one, differs from its row" in message, message
+
+
+def test_9_6_5_the_experiments_baseline_is_the_notebooks_model(monkeypatch):
+    """Item 6: the experiment's baseline, without_positions, was defined in the cell below the exercise, and was a
+    working answer once its two lines zeroing the positions were removed; it now lives in s9_6. It builds the same ViT
+    from the same draws (inside the training function, so that held_out_accuracy's seed sets its initialization),
+    zeroes and freezes its positions, and trains it with the same arguments as the notebook's definition did."""
+    ViT = _notebook()["ViT"]
+    trained = []
+    monkeypatch.setattr(s9_6, "fit", lambda model, images, labels, **kwargs: trained.append((model, kwargs)) or model)
+    train = s9_6.without_positions(ViT)
+    assert train.__name__ == "without_positions"
+    torch.manual_seed(5)
+    model = train(torch.zeros(2, 3, 16, 16), torch.zeros(2, dtype=torch.long))
+    torch.manual_seed(5)
+    before = ViT(image=16, P=4, d=32, heads=4, layers=1, classes=4)     # the notebook's definition, as it was
+    before.pos.requires_grad_(False).zero_()
+    assert trained == [(model, {"steps": 300, "lr": 3e-3, "batch": 32})]
+    assert not model.pos.requires_grad and not model.pos.any()
+    assert model.state_dict().keys() == before.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), before.state_dict().values(), strict=True))

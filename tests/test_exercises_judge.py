@@ -558,3 +558,36 @@ def test_solved_waits_for_that_very_function_to_pass(capsys):
         solved("9.9.9", relative_index)
     with pytest.raises(ValueError, match="no exercise"):
         solved(9.1, relative_index)
+
+
+# Review of the checkers (students' findings): the tools the section checkers gained ----------------------------------
+
+def test_inside_refuses_a_helper_however_it_is_reached_and_nothing_else():
+    """``Watch(inside(f))`` refuses every torch call made while ``f`` runs: called by its name, under another, through
+    its module or from a function of the answer's own; the same torch calls made outside ``f`` pass, and ``f`` called
+    by the checker, outside the answer, is not watched."""
+    from helpers import attention
+    from helpers.exercises.judge import Watch, Wrong, call, inside
+
+    watch = lambda: Watch(inside(attention.causal_mask), "uses causal_mask.", half_refused=False)
+    mine = lambda T: attention.causal_mask(T)
+    for answer in (attention.causal_mask, lambda T: attention.causal_mask(T) | False, mine, lambda T: mine(T)):
+        with pytest.raises(Wrong, match="uses causal_mask"):
+            call(answer, 4, case="case 1", watch=watch())
+    assert torch.equal(call(lambda T: torch.ones(T, T, dtype=torch.bool).triu(1), 4, case="case 1", watch=watch()),
+                       attention.causal_mask(4))
+
+
+def test_alone_tells_a_model_whose_answers_depend_on_its_batch():
+    """``alone`` runs a few examples as batches of one and compares them with their rows of the whole batch: a model
+    that normalizes over the batch fails, with the hint; a model that treats each example apart passes, within the
+    rounding of another order of summation."""
+    from helpers.exercises.judge import Wrong, alone
+
+    layer = torch.nn.Linear(6, 3)
+    x = torch.randn(50, 6)
+    with torch.no_grad():
+        alone(lambda z: layer(z).detach(), (x,), layer(x).detach(), "the check", "example")
+        for over_the_batch in (lambda z: layer(z).softmax(0), lambda z: layer(z) - layer(z).mean(0)):
+            with pytest.raises(Wrong, match=r"example 0 run alone, a batch of one, differs .* over the batch dimension"):
+                alone(over_the_batch, (x,), over_the_batch(x), "the check", "example")

@@ -75,7 +75,10 @@ inputs only. ``generator()`` and ``pick`` draw from a torch generator seeded by 
 ``compare`` still work as before (an ``rtol`` below 1e-4 is raised to it, the float32 floor). A shortcut
 an exercise forbids is caught by ``uses_keyword(answer, "label_smoothing")`` (the answer's source) and by
 ``call(answer, ..., watch=Watch(refuse, why))`` (every torch call the answer makes, however the function was
-imported and its arguments passed).
+imported and its arguments passed); ``inside(f, g)`` is such a ``refuse``, for a helper the answer may not use: it
+flags every torch call made while ``f`` or ``g`` runs, under whatever name the answer called it. An open exercise,
+whose answer is a trained model, runs a few examples alone through ``alone`` and compares them with their rows in
+the batch, so that a model whose answers depend on the rest of the batch is told so.
 An answer given as None or ``...`` (a value exercise's untouched starter) is not attempted, as before; an
 exercise number that is not a string is a TypeError, an unknown one a ValueError.
 
@@ -888,6 +891,38 @@ def uses_keyword(f, keyword):
         return False
     return any(isinstance(n, ast.keyword) and n.arg == keyword and not (isinstance(n.value, ast.Constant) and n.value.value == 0)
                for n in ast.walk(tree))
+
+
+def alone(run, inputs, outputs, case, what, rows=(0, 1, 2)):
+    """Wrong unless each example of ``rows`` run alone gives its row of ``outputs``, the model's outputs for the whole
+    batch ``inputs`` (a tuple of tensors, the batch first in each): ``run(*inputs)`` gives the outputs of a batch, or
+    raises Wrong. Within ``1e-4 (1 + max |row|)``: the same model on a batch of one and on a batch of many rounds its
+    sums in another order. A softmax or a normalization over the batch dimension is what this finds: each example's
+    answer then depends on the others, and an accuracy measured on a batch can pass with it."""
+    for i in rows:
+        got = run(*(x[i:i + 1] for x in inputs))
+        want = outputs[i:i + 1]
+        if not (isinstance(got, torch.Tensor) and got.shape == want.shape and
+                (got.double() - want.double()).abs().max().item() <= 1e-4 * (1 + want.abs().max().item())):
+            raise Wrong(f"{case}: the output for {what} {i} run alone, a batch of one, differs from its row in the "
+                        "batch: each example's output must not depend on the others in its batch (a softmax or a "
+                        "normalization over the batch dimension?).")
+
+
+def inside(*functions):
+    """A ``Watch`` refusal: whether a torch call is made while one of ``functions`` runs (its frame is on the stack),
+    so that an answer that calls a forbidden helper is caught however it reached it (imported under another name,
+    through its module, or from a function of its own)."""
+    codes = {inspect.unwrap(f).__code__ for f in functions}
+
+    def refuse(func, args, kwargs):
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code in codes:
+                return True
+            frame = frame.f_back
+        return False
+    return refuse
 
 
 # Cases drawn with a torch generator (a model's weights, a layer), and counts read from what the answer returned -----

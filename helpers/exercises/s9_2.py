@@ -7,8 +7,11 @@ A hint names the mistake (and may point to the section's equation or figure), ne
 import torch
 import torch.nn.functional as F
 
+from helpers.attention import causal_mask, padding_mask
 from helpers.exercises.judge import (
+    Watch,
     Wrong,
+    alone,
     as_integer,
     call,
     cases,
@@ -17,6 +20,7 @@ from helpers.exercises.judge import (
     exercise,
     fresh,
     generator,
+    inside,
     pick,
 )
 
@@ -28,6 +32,11 @@ def _masks(lengths, T):
     pad_keys = j[None, None, :] >= torch.as_tensor(lengths)[:, None, None]   # (B, 1, T)
     pad_queries = j[None, :, None] >= torch.as_tensor(lengths)[:, None, None]
     return causal, pad_keys, pad_queries
+
+
+# The section builds the combined mask on screen with its two helpers; the exercise asks for it without them.
+_HELPERS = ("calls the chapter's padding_mask or causal_mask: the exercise asks you to build the mask without them, "
+            "from the positions of the queries and keys and the lengths.")
 
 
 @exercise("9.2.1", "Your mask hides exactly the future and the padding keys, for every batch tried.")
@@ -45,7 +54,9 @@ def _(answer):
         want = causal | pad_keys
         off_by_one = torch.arange(T)[None, :] >= torch.arange(T)[:, None]
         pad_late = torch.arange(T)[None, None, :] > torch.as_tensor(lengths)[:, None, None]
-        compare(call(answer, torch.tensor(lengths), T, case=case), want, case, what="mask", mistakes=[
+        got = call(answer, torch.tensor(lengths), T, case=case,
+                   watch=Watch(inside(padding_mask, causal_mask), _HELPERS, half_refused=False))
+        compare(got, want, case, what="mask", mistakes=[
             (~want, "True should mark what a query may NOT see (as nn.MultiheadAttention): your mask is inverted."),
             (off_by_one | pad_keys, "The diagonal is hidden: a query may attend to its own position."),
             (causal | pad_queries, "You hid the padding queries (rows of the mask): the padding mask hides keys, "
@@ -100,11 +111,15 @@ def _layer(g, d, T, kind):
     if kind == "faint":
         # Four taps, at distances 3 dil (every weight FAINT: the reach), 2 dil (0.1), dil (0.3: the largest gradient)
         # and 0 (drawn, times 0.1), and a bias of 12: for d = 2 and a random normal input each output is 12 +- about
-        # 0.5, never outside [8, 16), where a float32 ulp is 2^-20 = 9.5e-7. Moving the farthest input by 1, in one
-        # channel or in both, moves every output by 4e-6 or 8e-6, 4 to 8 ulps: an exact comparison always sees it,
-        # and so does a gradient test (the gradient there is 8e-6, not 0), while torch.allclose's default tolerance,
-        # 1e-8 + 1e-5 |y| >= 8e-5, is 10 times larger and never does; a gradient threshold of 1e-4 misses it too
-        # (summed over both channels the gradient is 1.6e-5), but sees the tap 2 dil back.
+        # 0.5, never outside [8, 16), where a float32 rounding step is 2^-20 = 9.5e-7. The farthest input's weight is so
+        # faint that only the gradient sees it: the gradient there is 2 FAINT = 2e-12, not 0, while changing that input
+        # by any reasonable amount (fresh noise, or up to 100 in each channel) moves each output by 2e-10 or less, under
+        # a four-thousandth of a rounding step: the float32 output does not change at all. A comparison of outputs,
+        # exact or with torch.allclose's tolerance, and a gradient threshold such as 1e-4, all miss it on every draw and
+        # find the tap 2 dil back; so does an answer right in exact arithmetic that changes the input in float32: the
+        # exercise measures with the gradient, and the hint says why. (The faint weight was 4e-6, a change of 1 moving
+        # the output by 4 to 8 rounding steps; but fresh noise sometimes changed the input by 0.1 or less, which moved
+        # it by less than one, and a right answer that compared outputs failed 1 check in 20.)
         # Dilated (2 or 3) in every run: the inputs it depends on are not contiguous, so counting them is not the reach.
         dilation = pick(g, (2, 3))
         conv = _Conv(d, 4, dilation)
@@ -117,7 +132,12 @@ def _layer(g, d, T, kind):
     return torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.Tanh()), 0
 
 
-_FAINT = 4e-6                   # the faint tap's weights (see _layer)
+_FAINT = 1e-12                  # the faint tap's weights (see _layer)
+# What a threshold, a tolerance, or a change of the input (exact in exact arithmetic) all give on the faint layer.
+_TINY = ("A small effect is still a dependence: this layer's farthest input has a tiny weight, so tiny that changing "
+         "that input moves the output by less than float32 rounds off, and the output does not change at all. Measure "
+         "with the gradient, as the exercise asks: it is exactly zero only where there is no dependence. Count every "
+         "gradient that is not exactly zero, with no threshold or tolerance such as torch.allclose's.")
 
 
 @exercise("9.2.2", "Your measurement finds how far back the last output sees for a convolution, one whose farthest "
@@ -130,7 +150,9 @@ def _(answer):
     # Case 4 is a convolution whose farthest input has a tiny weight: dependence, not strength, counts.
     kinds = ("conv", "window", "stack", "faint", "attention", "pointwise")
     for k, kind in enumerate(kinds, 1):
-        T, d = pick(g, (12, 16, 20, 24)), pick(g, (2, 4))
+        # (Not T = 16 for the faint layer: with dilation 3 its reach, 9, would be T - 1 - 6, and 6, the reach that a
+        # comparison of float32 outputs finds, would also fit the hint for an answer that returns the input's index.)
+        T, d = pick(g, (12, 20, 24) if kind == "faint" else (12, 16, 20, 24)), pick(g, (2, 4))
         d = 2 if kind == "faint" else d             # (the faint case's margins, in _layer, are worked out for d = 2)
         with torch.random.fork_rng():
             torch.manual_seed(int(torch.randint(2**31, (1,), generator=g)))
@@ -160,10 +182,7 @@ def _(answer):
                 (T - 1 - int(size.argmax()), "That is the input with the largest gradient: the reach counts any "
                                              "dependence, however weak, so take the earliest position whose gradient "
                                              "is not exactly zero."),
-                (T - 1 - int((size > 1e-4).nonzero()[0]), "A small effect is still a dependence: this layer's farthest "
-                                                            "input has a tiny weight, so count every gradient (or change "
-                                                            "of the output) that is not exactly zero, with no threshold or "
-                                                            "tolerance such as torch.allclose's."),
+                (T - 1 - int((size > 1e-4).nonzero()[0]), _TINY),
             ]
         case = f"case {k} of {len(kinds)} (a hidden layer, T = {T}, d = {d})"
         got = as_integer(call(answer, layer, T, d, case=case), case, "reach")
@@ -208,6 +227,8 @@ def _(answer):
             (_mqa(x, Wq, Wk, Wv, H, causal=False), "Later tokens leak into earlier ones: add the causal mask."),
             (_mqa(x, Wq, Wk, Wv, H, scale=d ** -0.5), "The scores are scaled by the model's width d, not by the width "
                                                       "of one head, d_h."),
+            (_mqa(x, Wq, Wk, Wv, H, scale=1 / (d // H)), "The scores are divided by the width of a head, d_h, not "
+                                                         "by its square root."),
             (_mqa(x, Wq, Wk, Wv, H, scale=1.0), "The scores are not scaled (the section's equation divides them by the "
                                                 "square root of a head's width)."),
             (_mqa(x, Wq, Wk, Wv, H, causal="diagonal"), "The mask hides the diagonal too, so the first token sees "
@@ -377,6 +398,9 @@ def _lookup(answer):
     right = logits.argmax(-1) == y
     accuracy = right.double().mean().item()
     if accuracy >= LEVEL:
+        # Right often enough: unless each lookup's answer depends on the rest of its batch.
+        alone(lambda t, k: _answers(model, t, k, case, "one held-out lookup alone"), (x, n), logits, case,
+              "held-out lookup")
         return
     shown = f"held-out accuracy {accuracy:.1%}, below the level {LEVEL:.0%}"
     last = x.gather(1, (n - 1)[:, None])[:, 0] == (x[:, 0] - keys * values) * values + y    # answer in the last real slot

@@ -8,6 +8,7 @@ from torch import nn
 from helpers.exercises.judge import (
     Watch,
     Wrong,
+    alone,
     call,
     cases,
     compare,
@@ -31,13 +32,17 @@ def _advantage(m, T, delta, others=True, penalty=True, itself=False):
 def _(answer):
     r = fresh()
     # Shown: the steepest and the shallowest head of the section, short and long sequences, near and far keys
-    # (the last one the farthest key there is), none of them a case the solution prints. Hidden: any slope,
-    # length and key.
-    shown = [(2.0 ** -1, 16, 3), (2.0 ** -8, 4096, 3000), (2.0 ** -4, 1024, 64), (2.0 ** -6, 100, 99)]
+    # (the fourth the farthest key there is), none of them a case the solution prints. The fifth needs the largest
+    # advantage of any case, about 500.9 (the others need 17 at most): a search for b over too small a range, such as
+    # a bisection between 0 and 50, fails it at every check, not only when a hidden case happens to need more.
+    # Hidden: any slope, length and key, as long as the key's penalty m delta stays below 490, so that no hidden case
+    # needs more than 490 + ln(1 / (1 - e^-m)) <= 496.3 (m >= 2^-9).
+    shown = [(2.0 ** -1, 16, 3), (2.0 ** -8, 4096, 3000), (2.0 ** -4, 1024, 64), (2.0 ** -6, 100, 99),
+             (2.0 ** -1, 2048, 1000)]
     hidden = []
     for _ in range(3):
-        T = r.integer(8, 5000)
-        hidden.append((r.log_uniform(2 ** -9, 1.0), T, r.integer(1, T - 1)))
+        m, T = r.log_uniform(2 ** -9, 1.0), r.integer(8, 5000)
+        hidden.append((m, T, r.integer(1, min(T - 1, int(490 / m)))))
 
     def describe(m, T, delta):
         slope = f"1/{1 / m:.0f}" if (1 / m).is_integer() else f"{m:.4g}"
@@ -85,10 +90,12 @@ def _(answer):
 
 # 9.3.3: stretching RoPE's context ---------------------------------------------------------------------------
 
-def _rope(x, scale=1.0, sign=1.0, start=0, halves=False):
+def _rope(x, scale=1.0, sign=1.0, start=0, halves=False, floor=False, base=10000.0):
     T, d = x.shape[-2:]
-    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
-    angle = sign * (torch.arange(start, start + T, dtype=x.dtype) / scale)[:, None] * omega
+    omega = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    t = torch.arange(start, start + T, dtype=x.dtype)
+    t = torch.div(t, scale, rounding_mode="floor") if floor else t / scale
+    angle = sign * t[:, None] * omega
     cos, sin = angle.cos(), angle.sin()
     a, b = (x[..., : d // 2], x[..., d // 2:]) if halves else (x[..., 0::2], x[..., 1::2])
     ra, rb = a * cos - b * sin, a * sin + b * cos
@@ -105,9 +112,10 @@ def _(answer):
     shown = [((5, 4), 1.0, torch.float64), ((8, 8), 4.0, torch.float64), ((2, 3, 6, 4), 2.0, torch.float64),
              ((3, 6), 1.5, torch.float64)]
     name = getattr(answer, "__name__", "your function")
+    right_at_one = False                    # whether a case at scale 1 has passed: then the hint points past it
     for case, (shape, scale, dtype) in cases(shown, hidden, lambda shape, scale, dtype:
                                              f"x of shape {shape}, {str(dtype)[6:]}, scale {scale:g}"):
-        def run(x, case=case, scale=scale):
+        def run(x, case=case, scale=scale, right_at_one=right_at_one):
             x64 = x.double()
             want = _rope(x64, scale)
             mistakes = [
@@ -119,10 +127,18 @@ def _(answer):
                 (_rope(x64, scale, start=1), "Your positions start at 1: the first row is position 0, not rotated."),
                 (_rope(x64, scale, halves=True), "Your pairs are coordinates j and j + d/2; the chapter's rope pairs "
                                                  "neighbours, 2j and 2j+1 (interleaved)."),
+                (_rope(x64, scale, floor=True), "Your positions are rounded down to whole numbers (integer division): "
+                                                "interpolation rotates position t as t / scale, fraction included."),
+                (_rope(x64, 1.0, base=10000.0 * scale), "You stretched the base (10000 times the scale, NTK-aware "
+                                                        "scaling), which slows each pair by its own factor: this "
+                                                        "exercise divides every position by the scale instead."),
             ]
-            compare(call(answer, x, scale, case=case), want, case, mistakes=mistakes,
-                    hint="At scale 1 your function should equal the section's rope: try that first.")
+            hint = ("Your function is right at scale 1 but not here: at a larger scale, position t should be rotated "
+                    "as position t / scale is at scale 1." if right_at_one and scale != 1 else
+                    "At scale 1 your function should equal the section's rope: try that first.")
+            compare(call(answer, x, scale, case=case), want, case, mistakes=mistakes, hint=hint)
         on_batches(run, r.randn(*shape, dtype=dtype), case=case, name=name)
+        right_at_one = right_at_one or scale == 1
 
 
 # 9.3.5: a model that needs positions ------------------------------------------------------------------------
@@ -225,6 +241,8 @@ def _(answer):
                         "enough of them?")
         raise Wrong(f"{told} It has learned part of the task ({seen:.0%} of its training sequences): train it longer, "
                     "or with a larger learning rate.")
+    # Right often enough: unless each sequence's answer depends on the rest of its batch.
+    alone(lambda x: _order_logits(model, x, case, name, "one new sequence alone"), (new,), logits, case, "new sequence")
     # Without positions the same model must not tell the two orders apart.
     case = case + ", positions=False"
     blind = _trained(answer, tokens, labels, case, r.integer(0, 2 ** 31 - 1), positions=False)

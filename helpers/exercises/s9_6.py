@@ -2,24 +2,26 @@
 position bias inside a Swin window, 9.6.3 fine-tuning a ViT at a higher resolution, 9.6.5 a ViT that finds a square
 (9.6.4 is answered in words). The images of 9.6.4 and 9.6.5 are drawn here too (``quadrant_images``, ``bar_images``),
 so that the notebook's experiment and the check draw the same kind, and the experiment's training runs here
-(``fit``, ``held_out_accuracy``) on one thread, as the check's does."""
+(``fit``, ``held_out_accuracy``) on one thread, as the check's does, with its baseline (``without_positions``)."""
 
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.exercises.judge import Wrong, call, cases, compare, exercise, fresh, generator
+from helpers.exercises.judge import Wrong, alone, call, cases, compare, exercise, fresh, generator
 from helpers.runtime import threads
 
 # 9.6.1: patch embedding with the channels last ---------------------------------------------------------------
 
-def _embedded(img, W_lin, b, order, columns=False):
+def _embedded(img, W_lin, b, order, columns=False, step=None):
     """The linear map of ``img``'s patches, each flattened in ``order`` (its axes channel, row, column are 2, 3, 4:
-    channels last is (3, 4, 2)), in raster order or, with ``columns``, column by column."""
+    channels last is (3, 4, 2)), in raster order or, with ``columns``, column by column; with ``step`` 1, every
+    P x P window of the image, overlapping (a convolution without its stride)."""
     C, H, W = img.shape
     P = int(round((W_lin.shape[1] / C) ** 0.5))
-    grid = img.unfold(1, P, P).unfold(2, P, P)                             # (C, H/P, W/P, P, P)
+    grid = img.unfold(1, P, step or P).unfold(2, P, step or P)             # (C, H/P, W/P, P, P)
     cells = grid.permute(2, 1, 0, 3, 4) if columns else grid.permute(1, 2, 0, 3, 4)
     return cells.permute(0, 1, *order).reshape(-1, C * P * P) @ W_lin.T + b
 
@@ -37,20 +39,34 @@ def _(answer):
                                        lambda C, H, W, P, d: f"image {(C, H, W)}, patches {P} x {P}, d = {d}"):
         img, W_lin, b = r.randn(C, H, W), r.randn(d, P * P * C), r.randn(d)
 
-        def tokens(order, columns=False, img=img, W_lin=W_lin, b=b):
-            return _embedded(img, W_lin, b, order, columns)
+        def tokens(order, columns=False, step=None, img=img, W_lin=W_lin, b=b):
+            return _embedded(img, W_lin, b, order, columns, step)
 
         want = tokens((3, 4, 2))                                         # row, column, channel: channels last
-        compare(call(answer, img, W_lin, b, P, case=case), want, case, what="tokens", mistakes=[
+        n = (H // P) * (W // P)
+        got = call(answer, img, W_lin, b, P, case=case)
+        shape = (f"Return one row per patch, ({n}, {d}) here: {n} patches, each a token of d = {d} numbers."
+                 if isinstance(got, torch.Tensor) and got.shape != want.shape else None)
+        compare(got, want, case, what="tokens", mistakes=[
             (want.T, "Return one row per patch, (number of patches, d): yours has one column per patch."),
+            (want.T.reshape(d, H // P, W // P), "Return one row per patch, (number of patches, d): yours is the "
+                                                "convolution's grid, (d, rows, columns), with the patches still on "
+                                                "the last two axes."),
+            (want[None], "Return the tokens of the one image, (number of patches, d), without a batch axis."),
+            (want.T.reshape(-1, d), "Your tokens mix patches and features: the convolution's output lists one feature "
+                                    "for every patch before the next feature, so its patches must be moved to the first "
+                                    "axis, not reshaped into rows."),
+            (tokens((3, 4, 2), step=1), "There are more tokens than patches: the patches do not overlap, so the kernel "
+                                        "moves a whole patch, P pixels, at each step."),
+            (want + b, "The bias is added twice."),
             (tokens((2, 3, 4)), "Your kernel reads each row of W channel first, but W lists a patch pixel by pixel "
                                 "with the channels last: the axes of your kernel are in the wrong order."),
             (tokens((4, 3, 2)), "Within each patch your rows and columns are swapped: W runs along a patch's rows "
                                 "first, then its columns."),
             (tokens((3, 4, 2), columns=True), "The patches go in raster order, row by row: yours go column by column."),
             (want - b, "The bias is missing."),
-        ], hint="Compare the order in which a row of W lists a patch's numbers with the order of the axes of a "
-                "convolution's kernel, (d, C, P, P).")
+        ], hint=shape or "Compare the order in which a row of W lists a patch's numbers with the order of the axes "
+                         "of a convolution's kernel, (d, C, P, P).")
 
 
 # 9.6.2: a relative position bias inside a Swin window -------------------------------------------------------
@@ -65,7 +81,10 @@ def _(answer):
         y, x = torch.div(torch.arange(M * M), M, rounding_mode="floor"), torch.arange(M * M) % M
         dy, dx = y[:, None] - y[None, :], x[:, None] - x[None, :]          # query minus key
         want = (dy + M - 1) * (2 * M - 1) + (dx + M - 1)
-        compare(call(answer, M, case=case), want, case, what="index", mistakes=[
+        got, size = call(answer, M, case=case), (2 * M - 1) ** 2
+        past = (isinstance(got, torch.Tensor) and got.shape == want.shape and not got.is_floating_point()
+                and not got.is_complex() and got.dtype != torch.bool and int(got.max()) >= size)
+        compare(got, want, case, what="index", mistakes=[
             (dy * (2 * M - 1) + dx, "Some of your indices are negative: the offsets start at -(M - 1), but the table's "
                                     "entries start at 0."),
             ((dy + M - 1) * M + (dx + M - 1), "Different offsets share an entry: one row offset of the table holds more "
@@ -73,7 +92,10 @@ def _(answer):
             (want.T, "Offsets are the query's position minus the key's: yours are the key's minus the query's."),
             ((dx + M - 1) * (2 * M - 1) + (dy + M - 1), "Your rows and columns are swapped: the table lists the offsets "
                                                          "with the row offset first."),
-        ], hint="Work one pair out by hand: two tokens of the window, their rows and columns, their offset, and where "
+        ], hint=f"Some of your indices are past the table's end: it has (2M - 1)^2 = {size} entries, so an index "
+                f"must stay below {size}. Work one pair out by hand: two tokens of the window, their offset, and where "
+                "the table lists that offset (entry 0 is the offset (-(M - 1), -(M - 1)))." if past else
+                "Work one pair out by hand: two tokens of the window, their rows and columns, their offset, and where "
                 "the table lists that offset (entry 0 is the offset (-(M - 1), -(M - 1))).")
 
 
@@ -86,27 +108,40 @@ def _(answer):
     for _ in range(2):
         n = r.integer(1, 6)
         hidden.append((n, n + r.integer(1, 6), r.integer(1, 6)))
-    for case, (n, n_new, d) in cases([(2, 3, 4), (4, 6, 3), (14, 24, 8)], hidden,
+    # The fourth shown case is one where a scale factor of n_new / n falls short: 13 * (15 / 13) is 14.999... in
+    # floating point, and F.interpolate rounds the size it gives down, to 14 (so do 11 to 15 and 11 or 13 to 30).
+    for case, (n, n_new, d) in cases([(2, 3, 4), (4, 6, 3), (14, 24, 8), (13, 15, 5)], hidden,
                                      lambda n, n_new, d: f"{n} x {n} grid to {n_new} x {n_new}, d = {d}"):
         pos = r.randn(1 + n * n, d)
+        short = math.floor(n * (n_new / n))                               # the side a scale factor gives
 
-        def resize(grid, n_new=n_new):                                    # (d, n, n) -> (n_new^2, d)
+        def resize(grid, n_new=n_new, rows=True):                         # (d, n, n) -> (n_new^2, d)
             grid = F.interpolate(grid[None], size=(n_new, n_new), mode="bilinear", align_corners=False)[0]
-            return grid.flatten(1).T
+            return grid.flatten(1).T if rows else grid.reshape(-1, grid.shape[0])
 
         grid = pos[1:].reshape(n, n, d).permute(2, 0, 1)                  # (d, n, n)
         want = torch.cat([pos[:1], resize(grid)])
-        compare(call(answer, pos, n_new, case=case), want, case, what="table", mistakes=[
+        got = call(answer, pos, n_new, case=case)
+        hint = ("Compare with what the exercise asks: row 0 unchanged; the grid's rows and columns back in raster "
+                "order; bilinear interpolation with align_corners=False.")
+        if short != n_new and isinstance(got, torch.Tensor) and tuple(got.shape) == (1 + short * short, d):
+            hint = (f"Your grid is {short} x {short}, not {n_new} x {n_new}: a scale factor of n_new / n, multiplied "
+                    f"back by n in floating point, gives {n * (n_new / n)!r}, which F.interpolate rounds down. Ask "
+                    "for the size you want instead of a scale factor.")
+        compare(got, want, case, what="table", mistakes=[
             (torch.cat([pos[:1], resize(pos[1:].reshape(d, n, n))]),
              "Your grid mixes positions and features: each row of the table is one position's d features, and a "
              "reshape straight to (d, n, n) scrambles them."),
             (torch.cat([pos[:1], resize(grid.transpose(1, 2))]),
              "The grid is transposed: the first spatial axis is the row, in raster order."),
+            (torch.cat([pos[:1], resize(grid, rows=False)]),
+             "Your new rows mix positions and features: the resized grid, (d, n_new, n_new), holds one feature for "
+             "every position before the next feature, so a reshape straight to rows scrambles them."),
+            (want[None], "Return the table itself, (1 + n_new^2, d), without a batch axis."),
             (resize(grid), "The class token's row is missing: keep the table's row 0 before the grid."),
             (resize(pos[:n * n].reshape(n, n, d).permute(2, 0, 1)),
              "Your grid starts at row 0, the class token's, which is no patch: the grid is rows 1 .. n^2."),
-        ], hint="Compare with what the exercise asks: row 0 unchanged; the grid's rows and columns back in raster "
-                "order; bilinear interpolation with align_corners=False.")
+        ], hint=hint)
 
 
 # 9.6.4 and 9.6.5: the images --------------------------------------------------------------------------------
@@ -171,6 +206,21 @@ def held_out_accuracy(train, seen, new, seed=0):
         return (model.eval()(new[0]).argmax(-1) == new[1]).float().mean().item()
 
 
+def without_positions(ViT):
+    """The baseline of 9.6.5's experiment, Exercise 9.6.4's model: ``train(images, labels)``, which builds the
+    section's ``ViT`` (the class is passed in, as the notebook defines it) with 4 x 4 patches, width 32, 4 heads, one
+    block and 4 classes, sets its position embeddings to zero and freezes them, and trains the rest with ``fit``: 300
+    steps of Adam at 3e-3 on random batches of 32 images. Without positions its tokens are a set of patches: it can
+    find the bar's orientation, not the square's quadrant. The model is built inside ``train``, so that its
+    initialization draws from the generator that ``held_out_accuracy`` seeds."""
+    def train(images, labels):
+        model = ViT(image=16, P=4, d=32, heads=4, layers=1, classes=4)
+        model.pos.requires_grad_(False).zero_()
+        return fit(model, images, labels, steps=300, lr=3e-3, batch=32)
+    train.__name__ = train.__qualname__ = "without_positions"
+    return train
+
+
 # 9.6.5: a ViT that finds the square --------------------------------------------------------------------------
 
 TRAIN, HELD_OUT, NEEDED = 2048, 1000, 0.9     # images to train on, new images to measure on, the accuracy to reach
@@ -218,6 +268,8 @@ def _quadrants(answer):
     logits = _logits(model, new, case, name, "new images")
     accuracy = _accuracy(logits, new_labels)
     if accuracy >= NEEDED:
+        # Right often enough: unless each image's answer depends on the rest of its batch.
+        alone(lambda x: _logits(model, x, case, name, "one new image alone"), (new,), logits, case, "new image")
         return
     told = f"{case}: the model is right on {accuracy:.0%} of the new images, where {NEEDED:.0%} is needed."
     # Rolling an image by 8 pixels moves the square to another quadrant and only reorders its patches (of 1, 2, 4 or 8
