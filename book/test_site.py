@@ -4,18 +4,21 @@ Serves `_build/site/html` on 127.0.0.1 and opens every page in headless Chromium
 driven by Playwright: Playwright's own browser download cannot work offline). For every page: status
 200, no console errors, page errors or failed requests, no request to any host but the local server,
 every image loaded, math typeset by the site's own MathJax, every link in the tables of contents
-resolving. A screenshot of each page, light and dark, goes to `_build/site/screenshots/`.
+resolving. Without the browser: every relative link and #anchor of every page resolving. A screenshot
+of each page, light and dark, goes to `_build/site/screenshots/`.
 """
 
+import collections
 import functools
 import importlib.util
 import json
 import os
 import re
 import threading
+from html.parser import HTMLParser
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
@@ -87,6 +90,43 @@ def visit(request, server, browser):
 
 def test_there_are_pages():
     assert "index.html" in PAGES and NOTEBOOKS, f"expected index.html and notebooks/*.html in {SITE}"
+
+
+class Links(HTMLParser):
+    """One page's targets (``a href``, ``img``/``iframe`` src) and how often each id or ``a name`` occurs."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.targets, self.anchors = [], collections.Counter()
+        self.feed(path.read_text(encoding="utf-8"))
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.anchors.update(a for a in (attrs.get("id"), tag == "a" and attrs.get("name")) if a)
+        target = attrs.get("href") if tag == "a" else attrs.get("src") if tag in ("img", "iframe") else None
+        if target and not re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):   # http:, mailto:, data: are not the site's
+            self.targets.append(target)
+
+
+def test_every_link_and_anchor_inside_the_site_resolves():
+    """Every relative link of every page names a file of the site and, with #anchor, exactly one element there.
+    Each page is parsed once (pytest-check-links re-parsed the target page for each anchor: 2 minutes a site)."""
+    pages = {p: Links(p) for p in SITE.rglob("*.html")}
+    broken = []
+    for page, links in pages.items():
+        for target in links.targets:
+            path, _, anchor = target.partition("#")
+            where = page if not path.split("?")[0] else (page.parent / unquote(path.split("?")[0])).resolve()
+            if target.startswith("/"):
+                broken.append(f"{page.relative_to(SITE)}: {target} is an absolute path")
+            elif not where.exists():
+                broken.append(f"{page.relative_to(SITE)}: {target}: no such file")
+            elif anchor and where.suffix == ".html":
+                found = (pages.get(where) or Links(where)).anchors[unquote(anchor)]
+                if found != 1:
+                    broken.append(f"{page.relative_to(SITE)}: {target}: {found} elements named {anchor!r}")
+    checked = sum(len(links.targets) for links in pages.values())
+    assert checked > 500 and not broken, f"{len(broken)} of {checked} links broken:\n" + "\n".join(broken)
 
 
 def test_manuscript_page_lists_every_note_with_its_evidence():
