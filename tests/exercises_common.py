@@ -30,6 +30,18 @@ OPEN_REPEATS = 2
 OPEN = {f"{s}.5" for s in SECTIONS}
 
 
+class OverTheBatch(torch.nn.Module):
+    """A trained model whose forward takes the softmax over the batch, dim 0: each answer depends on the rest of
+    the batch, and its argmax barely moves. The open exercises (9.2.5, 9.3.5, 9.6.5) must refuse it."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs):
+        return self.model(*inputs).softmax(0)
+
+
 def exercise_cells(nb):
     """The cells after the notebook's "## Exercises" heading."""
     start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and re.search("^## Exercises$", c.source, re.M))

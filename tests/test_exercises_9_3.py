@@ -18,6 +18,7 @@ import pytest
 import torch
 from exercises_common import (
     NOTEBOOKS,
+    OverTheBatch,
     advantage,
     compile_cell,
     each_wrong_answer_is_rejected_with_its_own_message,
@@ -539,16 +540,8 @@ def _rotated(x, angle):
 def test_9_3_5_a_model_whose_answers_depend_on_the_batch_fails():
     """Item 3: a trained model whose forward took the softmax over the batch, dim 0, passed. Now a few sequences run
     alone must give their rows of the batch."""
-    class Wrap(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, x):
-            return self.model(x).softmax(0)
-
     def train_order_model(tokens, labels, positions=True):
-        return Wrap(_order(tokens, labels, positions))
+        return OverTheBatch(_order(tokens, labels, positions))
     for seed in range(2):
         ok, message = verdict("9.3.5", train_order_model, seed=seed)
         assert ok is False and "run alone, a batch of one, differs from its row" in message, message

@@ -15,6 +15,7 @@ import pytest
 import torch
 from exercises_common import (
     NOTEBOOKS,
+    OverTheBatch,
     compile_cell,
     each_wrong_answer_is_rejected_with_its_own_message,
     fails_on_every_seed,
@@ -443,22 +444,11 @@ def test_9_6_3_a_scale_factor_that_falls_short_fails_every_check():
     fails_on_every_seed("9.6.3", lambda pos, n_new: _resize(pos, n_new)[None], "without a batch axis", seeds=range(4))
 
 
-class _OverTheBatch(torch.nn.Module):
-    """A trained model whose forward takes the softmax over the batch, dim 0: each image's answer depends on the rest."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        return self.model(x).softmax(0)
-
-
 def test_9_6_5_a_model_whose_answers_depend_on_the_batch_fails():
     """Item 3: a trained model whose forward took the softmax over the batch, dim 0, passed: the argmax of each row
     barely moves. Now a few images run alone must give their rows of the batch."""
     for seed in range(2):
-        ok, message = verdict("9.6.5", lambda images, labels: _OverTheBatch(_vit_epochs(images, labels)), seed=seed)
+        ok, message = verdict("9.6.5", lambda images, labels: OverTheBatch(_vit_epochs(images, labels)), seed=seed)
         assert ok is False and "run alone, a batch of one, differs from its row" in message, message
 
 
