@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import jupytext
+import pytest
 import torch
 
 from helpers import exercises
@@ -253,3 +254,41 @@ def slope(q, k, v, m, d_out, variant=None):
         dS = dP
     g = (dS * dist.clamp(min=0)).sum()
     return g.item() if variant == "plus" else -g.item()
+
+
+def section_tests(section, wrong=None, students=None, new_wrong=None, right=None, reference_elsewhere=()):
+    """The tests every section runs on its own tables, for its test module to take in with ``globals().update``.
+    ``reference_elsewhere``: exercises whose reference needs the main text's definitions (the section tests them).
+    A table the section does not have gives no test, rather than one that pytest reports as skipped."""
+    wrong, students, new_wrong, right = (table or {} for table in (wrong, students, new_wrong, right))
+
+    @pytest.mark.parametrize("case", [c for c in solutions(section) if c[1] not in reference_elsewhere], ids=ids)
+    def test_reference_solution_passes(case, monkeypatch):
+        reference_solution_passes(case, monkeypatch)
+
+    @pytest.mark.parametrize("case", starters(section), ids=ids)
+    def test_untouched_starter_is_not_attempted(case, monkeypatch):
+        untouched_starter_is_not_attempted(case, monkeypatch)
+
+    @pytest.mark.parametrize("number", sorted(wrong))
+    def test_each_wrong_answer_is_rejected_with_its_own_message(number):
+        each_wrong_answer_is_rejected_with_its_own_message(number, wrong[number])
+
+    @pytest.mark.parametrize("number", sorted(students))
+    def test_students_right_answers_pass_and_wrong_ones_get_their_message(number):
+        students_right_answers_pass_and_wrong_ones_get_their_message(number, students[number])
+
+    @pytest.mark.parametrize("number", sorted(set(wrong) & set(students)))
+    def test_wrong_answers_fail_on_every_fresh_draw(number):
+        wrong_answers_fail_on_every_fresh_draw(number, wrong[number])
+
+    @pytest.mark.parametrize("number", sorted(new_wrong))
+    def test_new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number):
+        new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number, new_wrong[number])
+
+    @pytest.mark.parametrize("number", sorted(right))
+    def test_new_exercises_accept_correct_answers_written_differently(number):
+        new_exercises_accept_correct_answers_written_differently(number, right[number])
+
+    return {name: test for name, test in locals().items()
+            if name.startswith("test_") and test.pytestmark[0].args[1]}     # (argnames, argvalues): values given

@@ -9,21 +9,11 @@ hint (exercises_common.py says how; the shared layout is tested in test_exercise
 import math
 
 import numpy as np
-import pytest
 import torch
 import torch.nn.functional as F
 from exercises_common import (
     connect,
-    each_wrong_answer_is_rejected_with_its_own_message,
-    ids,
-    new_exercises_accept_correct_answers_written_differently,
-    new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases,
-    reference_solution_passes,
-    solutions,
-    starters,
-    students_right_answers_pass_and_wrong_ones_get_their_message,
-    untouched_starter_is_not_attempted,
-    wrong_answers_fail_on_every_fresh_draw,
+    section_tests,
 )
 
 from helpers.exercises import verdict
@@ -364,39 +354,7 @@ RIGHT = {
 
 # The tests every section runs (exercises_common.py) ---------------------------------------------------------------
 
-@pytest.mark.parametrize("case", solutions("9.5"), ids=ids)
-def test_reference_solution_passes(case, monkeypatch):
-    reference_solution_passes(case, monkeypatch)
-
-
-@pytest.mark.parametrize("case", starters("9.5"), ids=ids)
-def test_untouched_starter_is_not_attempted(case, monkeypatch):
-    untouched_starter_is_not_attempted(case, monkeypatch)
-
-
-@pytest.mark.parametrize("number", sorted(WRONG))
-def test_each_wrong_answer_is_rejected_with_its_own_message(number):
-    each_wrong_answer_is_rejected_with_its_own_message(number, WRONG[number])
-
-
-@pytest.mark.parametrize("number", sorted(STUDENTS))
-def test_students_right_answers_pass_and_wrong_ones_get_their_message(number):
-    students_right_answers_pass_and_wrong_ones_get_their_message(number, STUDENTS[number])
-
-
-@pytest.mark.parametrize("number", sorted(set(WRONG) & set(STUDENTS)))
-def test_wrong_answers_fail_on_every_fresh_draw(number):
-    wrong_answers_fail_on_every_fresh_draw(number, WRONG[number])
-
-
-@pytest.mark.parametrize("number", sorted(NEW_WRONG))
-def test_new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number):
-    new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number, NEW_WRONG[number])
-
-
-@pytest.mark.parametrize("number", sorted(RIGHT))
-def test_new_exercises_accept_correct_answers_written_differently(number):
-    new_exercises_accept_correct_answers_written_differently(number, RIGHT[number])
+globals().update(section_tests("9.5", wrong=WRONG, students=STUDENTS, new_wrong=NEW_WRONG, right=RIGHT))
 
 
 # This section's own tests -----------------------------------------------------------------------------------------

@@ -11,24 +11,15 @@ of an exercise's function under ``if solved(...)``).
 import functools
 
 import jupytext
-import pytest
 import torch
 from exercises_common import (
     NOTEBOOKS,
     OverTheBatch,
     compile_cell,
-    each_wrong_answer_is_rejected_with_its_own_message,
     fails_on_every_seed,
-    ids,
-    new_exercises_accept_correct_answers_written_differently,
-    new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases,
-    reference_solution_passes,
+    section_tests,
     setup_cell,
     solutions,
-    starters,
-    students_right_answers_pass_and_wrong_ones_get_their_message,
-    untouched_starter_is_not_attempted,
-    wrong_answers_fail_on_every_fresh_draw,
 )
 
 from helpers.exercises import s9_6, verdict
@@ -284,9 +275,8 @@ RIGHT = {"9.6.5": [_cnn, _vit_epochs]}
 
 # The tests every section runs (exercises_common.py) ---------------------------------------------------------------
 
-@pytest.mark.parametrize("case", [c for c in solutions("9.6") if c[1] != "9.6.5"], ids=ids)
-def test_reference_solution_passes(case, monkeypatch):
-    reference_solution_passes(case, monkeypatch)
+globals().update(section_tests("9.6", wrong=WRONG, students=STUDENTS, new_wrong=NEW_WRONG, right=RIGHT,
+                               reference_elsewhere=("9.6.5",)))
 
 
 def test_9_6_5_reference_solution_passes():
@@ -298,36 +288,6 @@ def test_9_6_5_reference_solution_passes():
     assert [n for n, _ in checked] == ["9.6.5"]
     ok, message = verdict("9.6.5", checked[0][1])
     assert ok, message
-
-
-@pytest.mark.parametrize("case", starters("9.6"), ids=ids)
-def test_untouched_starter_is_not_attempted(case, monkeypatch):
-    untouched_starter_is_not_attempted(case, monkeypatch)
-
-
-@pytest.mark.parametrize("number", sorted(WRONG))
-def test_each_wrong_answer_is_rejected_with_its_own_message(number):
-    each_wrong_answer_is_rejected_with_its_own_message(number, WRONG[number])
-
-
-@pytest.mark.parametrize("number", sorted(STUDENTS))
-def test_students_right_answers_pass_and_wrong_ones_get_their_message(number):
-    students_right_answers_pass_and_wrong_ones_get_their_message(number, STUDENTS[number])
-
-
-@pytest.mark.parametrize("number", sorted(set(WRONG) & set(STUDENTS)))
-def test_wrong_answers_fail_on_every_fresh_draw(number):
-    wrong_answers_fail_on_every_fresh_draw(number, WRONG[number])
-
-
-@pytest.mark.parametrize("number", sorted(NEW_WRONG))
-def test_new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number):
-    new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number, NEW_WRONG[number])
-
-
-@pytest.mark.parametrize("number", sorted(RIGHT))
-def test_new_exercises_accept_correct_answers_written_differently(number):
-    new_exercises_accept_correct_answers_written_differently(number, RIGHT[number])
 
 
 # This section's own tests -----------------------------------------------------------------------------------------

@@ -17,14 +17,8 @@ from exercises_common import (
     NOTEBOOKS,
     exercise_cells,
     hidden,
-    ids,
-    new_exercises_accept_correct_answers_written_differently,
-    new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases,
-    reference_solution_passes,
+    section_tests,
     slope,
-    solutions,
-    starters,
-    untouched_starter_is_not_attempted,
 )
 
 from helpers.exercises import EXERCISES, verdict
@@ -161,24 +155,7 @@ RIGHT = {
 
 # The tests every section runs (exercises_common.py) ---------------------------------------------------------------
 
-@pytest.mark.parametrize("case", solutions("9.A"), ids=ids)
-def test_reference_solution_passes(case, monkeypatch):
-    reference_solution_passes(case, monkeypatch)
-
-
-@pytest.mark.parametrize("case", starters("9.A"), ids=ids)
-def test_untouched_starter_is_not_attempted(case, monkeypatch):
-    untouched_starter_is_not_attempted(case, monkeypatch)
-
-
-@pytest.mark.parametrize("number", sorted(NEW_WRONG))
-def test_new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number):
-    new_exercises_reject_each_wrong_answer_with_its_hint_on_fresh_cases(number, NEW_WRONG[number])
-
-
-@pytest.mark.parametrize("number", sorted(RIGHT))
-def test_new_exercises_accept_correct_answers_written_differently(number):
-    new_exercises_accept_correct_answers_written_differently(number, RIGHT[number])
+globals().update(section_tests("9.A", new_wrong=NEW_WRONG, right=RIGHT))
 
 
 # This section's own tests -----------------------------------------------------------------------------------------
