@@ -39,16 +39,20 @@ _HELPERS = ("calls the chapter's padding_mask or causal_mask: the exercise asks 
             "from the positions of the queries and keys and the lengths.")
 
 
-@exercise("9.2.1", "Your mask hides exactly the future and the padding keys, for every batch tried.")
-def _(answer):
-    r = fresh()
-    # T matters only where every sequence is shorter than T (else T = the longest length): the first hidden case
-    # pads every sequence, so that an answer that takes T from the lengths fails every check.
+def _padded(r):
+    """Three hidden (lengths, T) cases of one to four sequences. T matters only where every sequence is shorter
+    than T (else T = the longest length): the first case pads every sequence, so that an answer that takes T from
+    the lengths fails every check."""
     hidden = []
     for k in range(3):
         T = r.integer(2, 8) if k == 0 else r.integer(1, 8)
         hidden.append(([r.integer(1, T - 1 if k == 0 else T) for _ in range(r.integer(1, 4))], T))
-    for case, (lengths, T) in cases([([3, 5], 5), ([1, 4, 2], 4), ([6], 6)], hidden,
+    return hidden
+
+
+@exercise("9.2.1", "Your mask hides exactly the future and the padding keys, for every batch tried.")
+def _(answer):
+    for case, (lengths, T) in cases([([3, 5], 5), ([1, 4, 2], 4), ([6], 6)], _padded(fresh()),
                                     lambda lengths, T: f"lengths {lengths}, T = {T}"):
         causal, pad_keys, pad_queries = _masks(lengths, T)
         want = causal | pad_keys
@@ -253,13 +257,7 @@ def _(answer):
 @exercise("9.2.4", "Your mask hides exactly the future and the padding keys at the start of each sequence, for every "
                    "batch tried.")
 def _(answer):
-    r = fresh()
-    # As in 9.2.1: the first hidden case pads every sequence, so that T cannot be taken from the lengths.
-    hidden = []
-    for k in range(3):
-        T = r.integer(2, 8) if k == 0 else r.integer(1, 8)
-        hidden.append(([r.integer(1, T - 1 if k == 0 else T) for _ in range(r.integer(1, 4))], T))
-    for case, (n_real, T) in cases([([5, 3], 5), ([2, 4, 1], 4), ([3], 6)], hidden,
+    for case, (n_real, T) in cases([([5, 3], 5), ([2, 4, 1], 4), ([3], 6)], _padded(fresh()),
                                    lambda n_real, T: f"n_real {n_real}, T = {T}"):
         i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
         start = (T - torch.as_tensor(n_real))[:, None, None]              # (B, 1, 1): each sequence's first real token
