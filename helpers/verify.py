@@ -3,8 +3,8 @@ but out of the reader's way.
 
 A check cell wraps its checks in ``with verify("Figure 9.2.1"):``. Inside, each check prints one line,
 either a fact that the notebook's comparison holds to its stored value (``scores from -1.5 to 1.1``) or
-a verdict ending in ``True`` or ``False``; ``same(label,
-got, want)`` prints ``label: got`` and fails unless ``got == want``. When the block ends the cell shows
+a verdict ending in ``True`` or ``False`` (several verdicts may share a line, each ending where a ``;``
+follows); ``same(label, got, want)`` prints ``label: got`` and fails unless ``got == want``. When the block ends the cell shows
 one short line, "✓ Figure 9.2.1: 4 checks hold", with every line folded beneath it; when a check fails
 it shows, in red and unfolded, which one, with what it got against what was expected. Nothing is raised,
 so the rest of the notebook still runs. The lines stay in the cell's output (text and HTML), where a
@@ -16,7 +16,9 @@ import html
 import io
 import re
 
-VERDICT = re.compile(r"\b(True|False)\W*$")
+# A verdict: True or False ending the line, or a part of it before ";"; not an argument (`is_causal=True`) or an
+# item of a printed list (`[True, False]`).
+VERDICT = re.compile(r"(?<![\w=\[])(?<!, )\b(True|False)(?=\W*(;|$))")
 
 
 class Checks:
@@ -37,8 +39,13 @@ class Checks:
     def held(self):
         return not self.failed
 
+    @property
+    def count(self):
+        """The checks: each verdict, and each line without one (a value the notebook's comparison holds)."""
+        return sum(max(1, len(VERDICT.findall(line))) for line in self.lines)
+
     def summary(self):
-        n = len(self.lines)
+        n = self.count
         if self.held:
             return f"✓ {self.title}: {n} check{'s' if n != 1 else ''} hold{'' if n != 1 else 's'}"
         return f"✗ {self.title}: {len(self.failed)} of {n} checks failed"
@@ -73,7 +80,6 @@ def verify(title):
     finally:
         checks.lines = [line.rstrip() for line in buffer.getvalue().splitlines() if line.strip()]
         for line in checks.lines:
-            match = VERDICT.search(line)
-            if match and match.group(1) == "False" and line not in (f for f, _ in checks.failed):
+            if "False" in (v for v, _ in VERDICT.findall(line)) and line not in (f for f, _ in checks.failed):
                 checks.failed.append((line, "expected True"))
         display(checks)

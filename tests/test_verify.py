@@ -46,6 +46,21 @@ def test_a_failure_counts_once_and_only_a_final_false_fails(shown):
     assert [line for line, _ in checks.failed] == ["flag: False"]
 
 
+def test_every_verdict_on_a_line_counts_and_can_fail(shown):
+    """9.A printed "symmetric: True ; rows sum to zero: True ; positive semidefinite: True" on one line: only the
+    last verdict was read, so a False before it passed, and the summary counted the line as one check."""
+    with verify("z"):
+        print("symmetric: True ; rows sum to zero: True ; positive semidefinite: True")
+        print("hidden: [True, False] with is_causal=True: True")     # data and an argument, then one verdict
+    assert shown[0].held and shown[0].count == 4 and shown[0].summary() == "✓ z: 4 checks hold"
+    with verify("z"):
+        print("symmetric: True ; rows sum to zero: False ; positive semidefinite: True")
+        print("the slow pairs: positive: False; from 0.49 to 0.42")
+    assert [line for line, _ in shown[1].failed] == [
+        "symmetric: True ; rows sum to zero: False ; positive semidefinite: True",
+        "the slow pairs: positive: False; from 0.49 to 0.42"]
+
+
 def test_an_error_inside_still_shows_what_ran_and_propagates(shown):
     with pytest.raises(ZeroDivisionError):
         with verify("y"):
