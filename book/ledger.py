@@ -13,9 +13,12 @@ entry is a `[[claim]]` table:
                             stored report prints them and tests/test_timings.py holds it to the protocol)
     check  = ["..."]        computed and figure: substrings of compared output lines (stdout of cells not
                             tagged nbval-ignore-output), each within one line, whitespace collapsed
-                            setting: substrings of the notebook's code, whitespace collapsed
+                            setting: substrings of the notebook's code, or of the helpers module that
+                            `source` names, whitespace collapsed
                             timed: substrings of stored output lines (compared or not)
-    source = "..."          cited: the paper and its section, table or theorem
+    source = "..."          cited: the paper and its section, table or theorem; setting, optional: how
+                            the code sets it, or the path of the helpers module that holds the code
+                            the notebook calls (helpers/...py), where the checks are then found too
     manuscript = "..."      optional: where the text departs from the author's manuscript or corrects it,
                             what the manuscript says and why the book differs; the site lists these
                             entries, with their evidence, on the page "Notes on the manuscript"
