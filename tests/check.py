@@ -17,10 +17,16 @@ TESTS = ROOT / "tests"
 IMPORT = re.compile(r"^\s*(?:from\s+helpers(?:\.(\w+))?\s+import\s+([\w, ()]+)|import\s+helpers(?:\.(\w+))?)", re.M)
 STRUCTURE = ("test_pair_in_sync", "test_notebook_is_named_by_section", "test_every_stored_cell_was_executed_in_order",
              "test_every_figure_has_caption_alt_text_and_files")
-# Its claims ledger (book/claims/<stem>*.toml) and how much styling its visible cells carry.
-LEDGER = ("test_reproducible.py::test_ledger_entries_are_well_formed",
+# Every test of test_reproducible.py parametrized by notebook (its stored outputs and controls, its claims ledger,
+# book/claims/<stem>*.toml), and how much styling its visible cells carry.
+LEDGER = ("test_reproducible.py::test_one_convention_for_what_varies",
+          "test_reproducible.py::test_stored_notebook_is_clean",
+          "test_reproducible.py::test_stored_controls_carry_every_state_for_the_site",
+          "test_reproducible.py::test_ledger_entries_are_well_formed",
           "test_reproducible.py::test_ledger_texts_are_in_the_notebook",
           "test_reproducible.py::test_ledger_checks_are_printed_by_compared_cells",
+          "test_reproducible.py::test_ledger_timings_are_in_the_stored_report",
+          "test_reproducible.py::test_ledger_settings_are_in_the_code",
           "test_reproducible.py::test_ledger_covers_every_caption_alt_text_and_measured_number",
           "test_styling.py::test_visible_cells_carry_at_most_a_few_lines_of_styling")
 # The exercises' layout tests, parametrized by section ("9.6"); the appendices (9.A) have only the last, their
