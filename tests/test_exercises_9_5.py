@@ -6,9 +6,12 @@ Each checker accepts the notebook's reference solution and rejects the usual mis
 hint (exercises_common.py says how; the shared layout is tested in test_exercises_layout.py).
 """
 
+import collections
+import dataclasses
 import math
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from exercises_common import (
@@ -46,7 +49,7 @@ def _context(per=lambda L, H, G, dh, B, b: 2 * L * G * dh * B * b, weights=lambd
         free = max(free, 0) if clamp else free
         p = per(layers, heads, kv_heads, d_head, batch, bytes_per)
         t = {"floor": free // p, "round": round(free / p), "ceil": math.ceil(free / p), "float": free / p,
-             "ceil-1": math.ceil(free / p) - 1, "less": int(free / p - 1e-9)}[rounding]
+             "ceil-1": math.ceil(free / p) - 1, "less": int(free / p - 1e-9), "int": int(free / p)}[rounding]
         if window is None or window_rule == "ignore":
             return t
         return {"right": math.inf if t >= window else t, "min": min(t, window), "strict": math.inf if t > window else t,
@@ -397,6 +400,63 @@ def test_9_5_5_a_layer_changed_in_place_is_told_so():
         return _window()(layer, x, cache, window)
     ok, message = verdict("9.5.5", scaled)
     assert ok is False and "changed the model it was given as layer" in message, message
+
+
+def _kept_elsewhere(where):
+    """A student's sliding window that keeps every key and value (never trimmed) somewhere the size check once missed:
+    in an object inside the dict, an unbounded deque, a dataclass, a default argument, a module-level store."""
+    store, full = {}, _window(keep="all")
+
+    @dataclasses.dataclass
+    class Held:
+        k: torch.Tensor
+        v: torch.Tensor
+
+    class Box:
+        __slots__ = ("kv",)
+
+    def sliding_window_attention(layer, x, cache, window, _memory={}):  # noqa: B006 (the mistake under test)
+        if cache is None:
+            return full(layer, x, cache, window)
+        inner = {"object": lambda: cache.get("box") and {"k": cache["box"].kv[0], "v": cache["box"].kv[1]},
+                 "deque": lambda: cache.get("kv") and {"k": cache["kv"][0], "v": cache["kv"][1]},
+                 "dataclass": lambda: cache.get("held") and {"k": cache["held"].k, "v": cache["held"].v},
+                 "default argument": lambda: _memory.get("kv"),
+                 "module": lambda: store.get("kv")}[where]() or {}
+        inner = dict(inner, position=cache["position"]) if inner else {}
+        y = full(layer, x, inner, window)
+        cache["position"] = inner["position"]
+        if where == "object":
+            cache["box"] = Box()
+            cache["box"].kv = (inner["k"], inner["v"])
+        elif where == "deque":
+            cache["kv"] = collections.deque([inner["k"], inner["v"]])
+        elif where == "dataclass":
+            cache["held"] = Held(inner["k"], inner["v"])
+        else:
+            (_memory if where == "default argument" else store)["kv"] = {"k": inner["k"], "v": inner["v"]}
+        return y
+    return sliding_window_attention
+
+
+@pytest.mark.parametrize("where", ["object", "deque", "dataclass", "default argument", "module"])
+def test_9_5_5_keys_kept_outside_what_the_size_check_counts_fail_every_check(where):
+    """A students' review: an untrimmed cache inside an object, a deque or a dataclass was not counted, and one kept
+    outside the dict (a default argument, a module-level store) was invisible; all five passed every draw. The check
+    now counts tensors however they are held, runs a second sequence through the same layer between the first's calls,
+    and resumes each from a copy of its dict."""
+    for seed in range(3):
+        ok, message = verdict("9.5.5", _kept_elsewhere(where), seed=seed)
+        assert ok is False and ("keep only what the window still needs" in message
+                                or "a second sequence" in message), message
+
+
+def test_9_5_5_a_new_dict_of_its_own_is_told_so():
+    def rebound(layer, x, cache, window):
+        cache = {} if cache is not None else None                  # a new dict: the caller's stays empty
+        return _window()(layer, x, cache, window)
+    ok, message = verdict("9.5.5", rebound)
+    assert ok is False and "left the dict it was given empty" in message, message
 
 
 def test_9_5_5_the_checker_s_layer_is_the_section_s():

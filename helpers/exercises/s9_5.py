@@ -189,6 +189,8 @@ def _(answer):
         # window mistake that fits is the one to name; failing that, every miscount that fits.
         hints = [why for result, why in window_mistakes if result == got][:1] or list(
             dict.fromkeys(why for result, why in miscounts if result == got))
+        if got < 0 and want == 0 and not hints:   # int(free / per) truncates where the named mistake floors
+            hints = ["When the weights alone do not fit, no token does: the answer is 0, not a negative count."]
         if want == math.inf or got == math.inf:
             raise Wrong(f"{case}: expected {want if want == math.inf else f'{want:,}'}, got "
                         f"{got if got == math.inf else f'{got:,}'}. "
@@ -339,15 +341,24 @@ def _windowed_outputs(layer, x, ends, window=None, rotated=None, future=False, n
     return y.transpose(1, 2).reshape(B, N, d) @ layer.out.weight.detach().double().T
 
 
-def _numbers(cache):
-    """How many floating-point numbers ``cache`` holds, in tensors however nested in dicts, lists and tuples."""
+def _numbers(cache, seen=None):
+    """How many floating-point numbers ``cache`` holds, in tensors however they are kept: in dicts, lists, tuples,
+    deques or any other iterable, and in the attributes of objects (dataclasses, classes with __slots__)."""
+    seen = set() if seen is None else seen
+    if id(cache) in seen or isinstance(cache, str | bytes | int | float | bool | type(None)):
+        return 0
+    seen.add(id(cache))
     if isinstance(cache, torch.Tensor):
         return cache.numel() if cache.is_floating_point() else 0
     if isinstance(cache, dict):
-        return sum(_numbers(v) for v in cache.values())
-    if isinstance(cache, list | tuple):
-        return sum(_numbers(v) for v in cache)
-    return 0
+        return sum(_numbers(v, seen) for v in cache.values())
+    held = [getattr(cache, name) for name in getattr(type(cache), "__slots__", ()) if hasattr(cache, name)]
+    held += list(getattr(cache, "__dict__", {}).values())
+    try:
+        held += list(cache) if not isinstance(cache, torch.nn.Module) else []
+    except TypeError:                                # not iterable
+        pass
+    return sum(_numbers(v, seen) for v in held)
 
 
 @exercise("9.5.5", "Your layer gives every token what full attention restricted to its window gives it, in one call "
@@ -408,24 +419,39 @@ def _(answer):
             mistakes.append((_windowed_outputs(layer, x, ends, window, rotated=full),
                              "Your positions stop growing when the cache is full: a token's position is its index in "
                              "the whole sequence, not in the cache."))
-        cache = None if calls is None else {}
         bound = 2 * B * G * window * dh
+        # A second sequence through the same layer, its calls alternating with the first's, each resumed from a copy
+        # of its cache dict (as the section's timing cell resumes): what an answer keeps outside the dict it is
+        # given (a default argument, a module-level store) then gives the wrong outputs.
+        x2 = torch.randn(B, N, H * dh, generator=g) if calls is not None else None
+        runs = [(x, want, mistakes, "")] + ([] if x2 is None else [(x2, _windowed_outputs(layer, x2, ends, window), [],
+                                                                    ", a second sequence through the same layer")])
+        caches = [None if calls is None else {} for _ in runs]
 
-        @functools.wraps(answer)
-        def run(layer, x, answer=answer, cache=cache, window=window):
-            return answer(layer, x, cache, window)      # the cache is the caller's, to be updated in place
         for c, (s, n) in enumerate(zip(starts, sizes, strict=True), start=1):
-            where = (f"{case}, call {c} of {len(sizes)}: {n} new token{'s' * (n > 1)}"
-                     + (f" after {s}" if s else "") if calls is not None else case)
-            got = call(run, layer, x[:, s:s + n], case=where)
-            if isinstance(got, tuple | list):
-                raise Wrong(f"{where}: return the output y (B, T, d) alone, got a {type(got).__name__}: the cache is "
-                            "the dict you were given, updated in place.")
-            compare(got, want[:, s:s + n].float(), where, what="output",
-                    mistakes=[(result[:, s:s + n], why) for result, why in mistakes],
-                    hint="It matches none of the usual mistakes: check your window mask for a call of several tokens "
-                         "that follow cached ones, against the positions of both.")
-            if cache is not None and _numbers(cache) > bound:
-                raise Wrong(f"{where}: after {s + n} tokens your cache holds {_numbers(cache):,} numbers, more than the "
-                            f"keys and values of the last {window} tokens ({bound:,}): keep only what the window "
-                            "still needs.")
+            for r, (xr, wanted, named, which) in enumerate(runs):
+                where = (f"{case}{which}, call {c} of {len(sizes)}: {n} new token{'s' * (n > 1)}"
+                         + (f" after {s}" if s else "") if calls is not None else case)
+                cache = caches[r]
+
+                @functools.wraps(answer)
+                def run(layer, x, answer=answer, cache=cache, window=window):
+                    return answer(layer, x, cache, window)      # the cache is the caller's, updated in place
+                got = call(run, layer, xr[:, s:s + n], case=where)
+                if isinstance(got, tuple | list):
+                    raise Wrong(f"{where}: return the output y (B, T, d) alone, got a {type(got).__name__}: the cache "
+                                "is the dict you were given, updated in place.")
+                if cache is not None and not cache:
+                    raise Wrong(f"{where}: your function left the dict it was given empty: update it in place "
+                                "(cache['k'] = ...), not a new dict of your own.")
+                compare(got, wanted[:, s:s + n].float(), where, what="output",
+                        mistakes=[(result[:, s:s + n], why) for result, why in named],
+                        hint="It matches none of the usual mistakes: check your window mask for a call of several "
+                             "tokens that follow cached ones, against the positions of both; and keep everything a "
+                             "sequence needs in its own cache dict.")
+                if cache is not None and _numbers(cache) > bound:
+                    raise Wrong(f"{where}: after {s + n} tokens your cache holds {_numbers(cache):,} numbers, more "
+                                f"than the keys and values of the last {window} tokens ({bound:,}): keep only what "
+                                "the window still needs.")
+                if cache is not None:
+                    caches[r] = dict(cache)
