@@ -125,6 +125,21 @@ def _run_appendix_cell(cell):
     return checked[0]
 
 
+def _temperature_float32(s, tau):
+    """Right, in float32 with the largest score taken off: within the saturated case's tolerance (a students' review
+    found a float32 answer rejected on 2 draws in 20 when that case's tolerance was float64's)."""
+    p = torch.softmax(s.float() / tau, 0)
+    return (torch.diag(p) - torch.outer(p, p)) / tau
+
+
+def _temperature_unshifted(s, tau):
+    """Right in exact arithmetic, in float32 without the largest score taken off: exp(s / tau) overflows where the
+    scores are spread like the experiment's queries at tau = 1/100 (it printed NaN there, and passed every check)."""
+    e = torch.exp(s.float() / tau)
+    p = e / e.sum()
+    return ((torch.diag(p) - torch.outer(p, p)) / tau).double()
+
+
 # The exercises added later: each wrong answer is tried on several fresh checks, and RIGHT holds right answers
 # written differently from the reference.
 NEW_WRONG = {
@@ -136,6 +151,8 @@ NEW_WRONG = {
         (_temperature_autograd, "lets autograd compute the derivative"),
         (_temperature_func, "lets autograd compute the derivative"),
         (_temperature_forward, "lets autograd compute the derivative"),
+        (_temperature_unshifted, "Subtract the largest score before exp"),           # a students' review: NaN at 1/100
+        (lambda s, tau: -_temperature(s, tau), "the diagonal is positive"),
     ],
     "9.A.2": [
         (lambda q, k, v, m, d_out: slope(q, k, v, m, d_out, "plus"), "The sign is flipped"),
@@ -148,7 +165,7 @@ NEW_WRONG = {
 
 
 RIGHT = {
-    "9.A.1": [_temperature_einsum, _temperature_rows],
+    "9.A.1": [_temperature_einsum, _temperature_rows, _temperature_float32],
     "9.A.2": [_slope_loops, _slope_centred],
 }
 

@@ -8,7 +8,7 @@ their hints name the mistake without giving the derivative's formula."""
 
 import torch
 
-from helpers.exercises.judge import Watch, call, compare, compare_number, exercise, generator, pick
+from helpers.exercises.judge import Watch, Wrong, call, compare, compare_number, exercise, generator, pick
 
 _AUTOGRAD = (torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward, torch._make_dual)
 _BY_HAND = ("lets autograd compute the derivative: the exercise asks for your derivation, so compute the result "
@@ -24,20 +24,32 @@ def _autograd(func, args, kwargs):
 @exercise("9.A.1", "Your Jacobian equals autograd's for every temperature and length tried.")
 def _(answer):
     g = generator()
-    for k in range(1, 4):
-        n, tau = pick(g, (2, 5, 9)), pick(g, (0.1, 0.5, 2.0, 7.0))
-        case = f"case {k} of 3 ({n} scores, temperature {tau:g})"
-        s = tau * torch.randn(n, generator=g, dtype=torch.float64)     # s / tau of unit scale: no saturated entries
+    for k in range(1, 5):
+        # Cases 1-3: s / tau of unit scale. Case 4, on every check: the experiment's regime, scores spread like its
+        # queries at tau = 1/100, where s / tau reaches hundreds and exp overflows without the largest score taken off.
+        n, tau = (pick(g, (2, 5, 9)), pick(g, (0.1, 0.5, 2.0, 7.0))) if k < 4 else (pick(g, (9, 100)), 0.01)
+        case = f"case {k} of 4 ({n} scores, temperature {tau:g})"
+        s = (tau if k < 4 else 3.0) * torch.randn(n, generator=g, dtype=torch.float64)
+        if k == 4:                    # its largest score at least 1 above zero: exp(s / tau) > exp(100), past float32
+            s[0] = s.abs().max() + 1
         want = torch.autograd.functional.jacobian(lambda z, tau=tau: torch.softmax(z / tau, 0), s)
         p, p1 = torch.softmax(s / tau, 0), torch.softmax(s, 0)
         got = call(answer, s, tau, case=case, watch=Watch(_autograd, _BY_HAND))
-        compare(got, want, case, what="Jacobian", atol=1e-6, rtol=1e-4, mistakes=[
+        if isinstance(got, torch.Tensor) and got.is_floating_point() and not got.isfinite().all():
+            raise Wrong(f"{case}: your Jacobian has {'NaN' if got.isnan().any() else 'infinite'} entries: s / tau "
+                        f"reaches {(s / tau).abs().max():.0f} here, and exp of that overflows. Subtract the largest "
+                        "score before exp, as softmax does.")
+        # Case 4's entries reach 1 / (4 tau) = 25, and an exponent of hundreds magnifies float32's rounding of s:
+        # a right float32 answer is off by up to about 5e-4 of an entry there.
+        compare(got, want, case, what="Jacobian", atol=1e-6 if k < 4 else 1e-4, rtol=1e-4 if k < 4 else 2e-3, mistakes=[
             (torch.diag(p) - torch.outer(p, p), "This is the Jacobian with respect to s / tau, not s: the chain rule "
                                                 "through the division by tau is missing."),
             ((torch.diag(p) - torch.outer(p, p)) * tau, "The chain rule's factor is upside down: dividing the scores by "
                                                         "tau scales their derivative the other way."),
             ((torch.diag(p1) - torch.outer(p1, p1)) / tau, "Your probabilities are those at temperature 1: the Jacobian "
                                                           "needs the probabilities at this temperature."),
+            (-(torch.diag(p) - torch.outer(p, p)) / tau, "The signs are flipped: raising a score raises its own "
+                                                          "probability, so the diagonal is positive."),
             (torch.diag(p) / tau, "Only the diagonal is right: the entries off the diagonal are missing (raising one "
                                   "score takes weight from the others)."),
         ], hint="Start from Appendix A's Jacobian: at which scores is it taken here, and what does the chain rule add?")
