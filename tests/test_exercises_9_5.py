@@ -106,11 +106,12 @@ def _attend(layer, x, q, k, v, seen):
     return layer.out(y.transpose(1, 2).reshape(B, T, d))
 
 
-def _window(keep="window", position="count", low=0, causal=True, mask=True, rotate=True, both=False):
+def _window(keep="window", position="count", low=0, causal=True, mask=True, rotate=True, both=False, invert=False):
     """A student's sliding_window_attention: right by default; ``keep`` what the cache holds (window, window-1, all),
     ``position`` how a call finds its first position (count, the cache's length, restart at 0), ``low`` the mask's
     lower edge shifted, ``causal`` and ``mask`` whether the future and the keys beyond the window are hidden,
-    ``rotate`` whether RoPE is applied, ``both`` whether the cache is returned beside the output."""
+    ``rotate`` whether RoPE is applied, ``both`` whether the cache is returned beside the output, ``invert`` whether
+    the mask is True where hidden (the book's convention) when it reaches SDPA."""
     def sliding_window_attention(layer, x, cache, window):
         B, T, d = x.shape
         past = {"count": cache.get("position", 0) if cache else 0, "restart": 0,
@@ -121,7 +122,8 @@ def _window(keep="window", position="count", low=0, causal=True, mask=True, rota
         n = k.shape[-2]
         i, j = torch.arange(n - T, n)[:, None], torch.arange(n)          # positions from the first key held
         seen = (j > i - window + low) if mask else torch.ones(T, n, dtype=torch.bool)
-        y = _attend(layer, x, q, k, v, seen & (j <= i) if causal else seen)
+        seen = seen & (j <= i) if causal else seen
+        y = _attend(layer, x, q, k, v, ~seen if invert else seen)
         if cache is not None:
             start = {"window": max(n - window, 0), "window-1": max(n - window + 1, 0), "all": 0}[keep]
             cache["k"], cache["v"] = k[..., start:, :], v[..., start:, :]
@@ -186,6 +188,40 @@ def _window_float64(layer, x, cache, window):
     if cache is not None:
         cache["k"], cache["v"], cache["t"] = k[..., -window:, :], v[..., -window:, :], torch.tensor(past + T)
     return y.transpose(1, 2).reshape(B, T, d) @ layer.out.weight.double().T
+
+
+def _window_deque(layer, x, cache, window):
+    """Right: a rolling buffer as two deque(maxlen=window) of one token's keys (values) each (a students' review)."""
+    B, T, d = x.shape
+    past = cache["position"] if cache else 0
+    q, k, v = _project(layer, x, past)
+    if cache:
+        k, v = torch.cat([torch.stack(list(cache["k"]), -2), k], -2), torch.cat([torch.stack(list(cache["v"]), -2), v], -2)
+    n = k.shape[-2]
+    i, j = torch.arange(past, past + T)[:, None], torch.arange(past + T - n, past + T)
+    y = _attend(layer, x, q, k, v, (j <= i) & (j > i - window))
+    if cache is not None:
+        cache["k"] = collections.deque(k.unbind(-2), maxlen=window)
+        cache["v"] = collections.deque(v.unbind(-2), maxlen=window)
+        cache["position"] = past + T
+    return y
+
+
+def _window_tokens(layer, x, cache, window):
+    """Right: one token at a time, each attending to the keys held (at most window), with einsum (a students'
+    review)."""
+    B, T, d = x.shape
+    past = cache["position"] if cache else 0
+    q, k, v = _project(layer, x, past)
+    K, V = (cache["k"], cache["v"]) if cache else (k[..., :0, :], v[..., :0, :])
+    group, outs = layer.heads // layer.kv_heads, []
+    for t in range(T):
+        K, V = torch.cat([K, k[..., t:t + 1, :]], -2)[..., -window:, :], torch.cat([V, v[..., t:t + 1, :]], -2)[..., -window:, :]
+        s = torch.einsum("bhd,bhkd->bhk", q[..., t, :], K.repeat_interleave(group, 1)) / layer.dh ** 0.5
+        outs.append(torch.einsum("bhk,bhkd->bhd", torch.softmax(s, -1), V.repeat_interleave(group, 1)))
+    if cache is not None:
+        cache["k"], cache["v"], cache["position"] = K, V, past + T
+    return layer.out(torch.stack(outs, 2).transpose(1, 2).reshape(B, T, d))
 
 
 def _window_inputs(layer, x, cache, window):
@@ -318,6 +354,7 @@ STUDENTS = {
         (_context(rounding="ceil-1"), "not a negative count"),                # -1 where nothing fits
         (_context(rounding="less"), "yours stops one short"),                 # int(free / per - 1e-9)
         (_context_float32, "what float32 gives"),
+        (_context(rounding="int", clamp=False), "not a negative count"),    # int() truncates: -41,275, not -41,276
     ],
 }
 
@@ -345,13 +382,15 @@ NEW_WRONG = {
         (_window(position="restart"), "start again at 0"),
         (_window(both=True), "return the output y (B, T, d) alone"),
         (_window_inputs, "keep only what the window still needs"),
+        (_window(invert=True), "Your mask is inverted"),                  # the book's True-where-hidden mask in SDPA
     ],
 }
 
 
 RIGHT = {
     "9.5.3": [_connect_bfs, _connect_numpy, _connect_floyd],
-    "9.5.5": [_window_circular, _window_unrotated, _window_float64, _window(keep="window-1")],
+    "9.5.5": [_window_circular, _window_unrotated, _window_float64, _window(keep="window-1"), _window_deque,
+              _window_tokens],
 }
 
 

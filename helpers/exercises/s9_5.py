@@ -319,12 +319,14 @@ def _rotate(x, positions):
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 
-def _windowed_outputs(layer, x, ends, window=None, rotated=None, future=False, no_rope=False):
+def _windowed_outputs(layer, x, ends, window=None, rotated=None, future=False, no_rope=False, inverted=None):
     """What the layer gives the tokens of ``x`` (B, N, d), computed in float64 over the whole sequence.
 
     Token i sees key j when ``0 <= i - j < window`` (every earlier key without a window); ``future``: also the later
     keys of its own call (``ends[i]``, where its call ends). ``rotated``: the position each token is rotated at (its
-    own by default); ``no_rope``: none is rotated.
+    own by default); ``no_rope``: none is rotated. ``inverted``: the mask negated, as a mask True where hidden passed
+    to SDPA gives: each token sees the keys at hand (the window's before its call, and its call's) that it should not,
+    and a token that then sees none gets ``inverted`` (0, or NaN, as SDPA's versions differ) before the projection.
     """
     B, N, d = x.shape
     H, G, dh = layer.heads, layer.kv_heads, layer.dh
@@ -336,8 +338,14 @@ def _windowed_outputs(layer, x, ends, window=None, rotated=None, future=False, n
     k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
     i, j = torch.arange(N)[:, None], torch.arange(N)[None, :]
     seen = (i - j < (window or N + 1)) & ((j < torch.tensor(ends)[:, None]) if future else (j <= i))
+    if inverted is not None:
+        first = {}                                    # where each call starts: its tokens share their end
+        starts = torch.tensor([first.setdefault(e, t) for t, e in enumerate(ends)])[:, None]
+        seen = ~seen & (j < torch.tensor(ends)[:, None]) & (j >= starts - (window or N + 1))
     scores = (q @ k.transpose(-2, -1) / dh ** 0.5).masked_fill(~seen, float("-inf"))
     y = torch.softmax(scores, dim=-1) @ v
+    if inverted is not None:
+        y = y.masked_fill(~seen.any(-1)[:, None], inverted)
     return y.transpose(1, 2).reshape(B, N, d) @ layer.out.weight.detach().double().T
 
 
@@ -410,6 +418,10 @@ def _(answer):
                                                                          "call: a token's position counts every token "
                                                                          "before it, those of earlier calls too."),
         ]
+        for empty in (0.0, float("nan")):
+            mistakes.append((_windowed_outputs(layer, x, ends, window, inverted=empty),
+                             "Your mask is inverted: SDPA's boolean mask is True where a key may be seen, the opposite "
+                             "of the book's masks (True where hidden)."))
         if window > 1:
             mistakes.append((_windowed_outputs(layer, x, ends, window - 1),
                              "Off by one: your tokens see one key too few, the token itself and the window - 2 tokens "
