@@ -129,25 +129,25 @@ def _fit_order(model, tokens, labels, steps=LEARN, lr=1e-2, step=True, zero_betw
     return model
 
 
-def _order(tokens, labels, positions=True, steps=LEARN, **kwargs):
-    """The reference's model: sinusoidal positions (none with positions=False), trained."""
+def _order(tokens, labels, use_positions=True, steps=LEARN, **kwargs):
+    """The reference's model: sinusoidal positions (none with use_positions=False), trained."""
     T = tokens.shape[1]
-    return _fit_order(_Order(T, "sinusoidal" if positions else "none", **kwargs), tokens, labels, steps)
+    return _fit_order(_Order(T, "sinusoidal" if use_positions else "none", **kwargs), tokens, labels, steps)
 
 
-def _order_learned(tokens, labels, positions=True):
+def _order_learned(tokens, labels, use_positions=True):
     """Right, another way: a learned table of positions."""
-    return _fit_order(_Order(tokens.shape[1], "learned" if positions else "none"), tokens, labels)
+    return _fit_order(_Order(tokens.shape[1], "learned" if use_positions else "none"), tokens, labels)
 
 
-def _order_causal(tokens, labels, positions=True):
-    """Right, another way: no encoding at all, the positions from a causal mask (none with positions=False)."""
-    return _fit_order(_Order(tokens.shape[1], "none", causal=positions), tokens, labels)
+def _order_causal(tokens, labels, use_positions=True):
+    """Right, another way: no encoding at all, the positions from a causal mask (none with use_positions=False)."""
+    return _fit_order(_Order(tokens.shape[1], "none", causal=use_positions), tokens, labels)
 
 
-def _order_rope(tokens, labels, positions=True):
-    """Right, another way: RoPE on the queries and keys of a hand-written head (no rotation with positions=False)."""
-    return _fit_order(_OrderRope(tokens.shape[1], positions), tokens, labels)
+def _order_rope(tokens, labels, use_positions=True):
+    """Right, another way: RoPE on the queries and keys of a hand-written head (no rotation with use_positions=False)."""
+    return _fit_order(_OrderRope(tokens.shape[1], use_positions), tokens, labels)
 
 
 class _OrderRope(_Order):
@@ -166,7 +166,7 @@ class _OrderRope(_Order):
 
 class _OrderAlibi(_Order):
     """ALiBi's bias -m_h |i - j| (the section's alibi, two heads) on the reference's attention, without the causal mask
-    it needs: symmetric, so a sequence and its reversal get the same logits (no bias with positions=False)."""
+    it needs: symmetric, so a sequence and its reversal get the same logits (no bias with use_positions=False)."""
 
     def __init__(self, T, positions):
         super().__init__(T, "none")
@@ -220,8 +220,8 @@ class _Probability(torch.nn.Module):
         return self.model(x).softmax(-1)[:, 1]
 
 
-def _print_model(tokens, labels, positions=True):
-    print(_order(tokens, labels, positions, steps=0))
+def _print_model(tokens, labels, use_positions=True):
+    print(_order(tokens, labels, use_positions, steps=0))
 
 
 @functools.cache
@@ -283,34 +283,34 @@ STUDENTS = {
 # written differently from the reference.
 NEW_WRONG = {
     "9.3.5": [
-        (lambda tokens, labels, positions=True: _order(tokens, labels, False, steps=IDLE), "does not see positions"),
-        (lambda tokens, labels, positions=True: _order(tokens, labels, positions, steps=0), "it has not learned"),
-        (lambda tokens, labels, positions=True: _order(tokens, labels, positions, steps=IDLE, attention="none", mlp=False),
-         "averaged away"),
-        (lambda tokens, labels, positions=True: _fit_order(_Order(tokens.shape[1]), tokens, labels, steps=IDLE, step=False),
-         "it has not learned"),
-        (lambda tokens, labels, positions=True: _fit_order(_Order(tokens.shape[1]), tokens, labels, steps=IDLE,
-                                                           zero_between=True), "it has not learned"),
+        (lambda tokens, labels, use_positions=True: _order(tokens, labels, False, steps=IDLE), "does not see positions"),
+        (lambda tokens, labels, use_positions=True: _order(tokens, labels, use_positions, steps=0), "it has not learned"),
+        (lambda tokens, labels, use_positions=True: _order(tokens, labels, use_positions, steps=IDLE, attention="none",
+                                                           mlp=False), "averaged away"),
+        (lambda tokens, labels, use_positions=True: _fit_order(_Order(tokens.shape[1]), tokens, labels, steps=IDLE,
+                                                               step=False), "it has not learned"),
+        (lambda tokens, labels, use_positions=True: _fit_order(_Order(tokens.shape[1]), tokens, labels, steps=IDLE,
+                                                               zero_between=True), "it has not learned"),
         # Review 9.3 (round 2): ALiBi without its causal mask was told "it has not learned".
-        (lambda tokens, labels, positions=True: _fit_order(_OrderAlibi(tokens.shape[1], positions), tokens, labels,
-                                                           steps=IDLE),
+        (lambda tokens, labels, use_positions=True: _fit_order(_OrderAlibi(tokens.shape[1], use_positions), tokens, labels,
+                                                               steps=IDLE),
          "a symmetric position signal cannot tell a sequence from its reversal"),
-        (lambda tokens, labels, positions=True: _Memory(tokens, labels), "learned them by heart"),
-        (lambda tokens, labels, positions=True: _Peek(labels), "reads their labels"),
-        # positions=False ignored, or the causal mask kept: the second model sees positions however long it trains
-        (lambda tokens, labels, positions=True: _order(tokens, labels, steps=LEARN if positions else IDLE),
-         "with positions=False leave out every source"),
-        (lambda tokens, labels, positions=True: _order_causal(tokens, labels, True) if positions else
+        (lambda tokens, labels, use_positions=True: _Memory(tokens, labels), "learned them by heart"),
+        (lambda tokens, labels, use_positions=True: _Peek(labels), "reads their labels"),
+        # use_positions=False ignored, or the causal mask kept: the second model sees positions however long it trains
+        (lambda tokens, labels, use_positions=True: _order(tokens, labels, steps=LEARN if use_positions else IDLE),
+         "with use_positions=False leave out every source"),
+        (lambda tokens, labels, use_positions=True: _order_causal(tokens, labels, True) if use_positions else
          _order(tokens, labels, False, steps=IDLE, causal=True), "the encoding and any causal mask"),
-        (lambda tokens, labels, positions=True: _Probability(_order(tokens, labels, steps=0)), "to logits (2000, 2)"),
-        (lambda tokens, labels, positions=True: float(torch.nn.functional.cross_entropy(
+        (lambda tokens, labels, use_positions=True: _Probability(_order(tokens, labels, steps=0)), "to logits (2000, 2)"),
+        (lambda tokens, labels, use_positions=True: float(torch.nn.functional.cross_entropy(
             _order(tokens, labels, steps=0)(tokens), labels).detach()),
          "should return the trained model (an nn.Module), got float"),
         (_print_model, "it printed its result instead of returning it"),
-        (lambda tokens, labels: _order(tokens, labels), "unexpected keyword argument 'positions'"),
-        (lambda tokens, labels, positions=True: _Rule(), "where 90% is needed"),
-        (lambda tokens, labels, positions=True: _order(tokens, 1 - labels, positions), "the other way round"),
-        (lambda tokens, labels, positions=True: _fit_order(_Order(8), tokens, labels, steps=5), "raised RuntimeError"),
+        (lambda tokens, labels: _order(tokens, labels), "unexpected keyword argument 'use_positions'"),
+        (lambda tokens, labels, use_positions=True: _Rule(), "where 90% is needed"),
+        (lambda tokens, labels, use_positions=True: _order(tokens, 1 - labels, use_positions), "the other way round"),
+        (lambda tokens, labels, use_positions=True: _fit_order(_Order(8), tokens, labels, steps=5), "raised RuntimeError"),
     ],
     "9.3.1": [
         (lambda m, T, delta: advantage(m, T, delta, others=False), "leaves out the other T - 1 keys"),
@@ -500,8 +500,8 @@ def _rotated(x, angle):
 def test_9_3_5_a_model_whose_answers_depend_on_the_batch_fails():
     """Item 3: a trained model whose forward took the softmax over the batch, dim 0, passed. Now a few sequences run
     alone must give their rows of the batch."""
-    def train_order_model(tokens, labels, positions=True):
-        return OverTheBatch(_order(tokens, labels, positions))
+    def train_order_model(tokens, labels, use_positions=True):
+        return OverTheBatch(_order(tokens, labels, use_positions))
     for seed in range(2):
         ok, message = verdict("9.3.5", train_order_model, seed=seed)
         assert ok is False and "run alone, a batch of one, differs from its row" in message, message

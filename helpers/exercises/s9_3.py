@@ -244,10 +244,10 @@ def _(answer):
     # Right often enough: unless each sequence's answer depends on the rest of its batch.
     alone(lambda x: _order_logits(model, x, case, name, "one new sequence alone"), (new,), logits, case, "new sequence")
     # Without positions the same model must not tell the two orders apart.
-    case = case + ", positions=False"
-    blind = _trained(answer, tokens, labels, case, r.integer(0, 2 ** 31 - 1), positions=False)
+    case = case + ", use_positions=False"
+    blind = _trained(answer, tokens, labels, case, r.integer(0, 2 ** 31 - 1), use_positions=False)
     logits = _order_logits(blind, new, case, name, "new sequences")
     if not same(_order_logits(blind, swapped, case, name, "new sequences"), logits):
         raise Wrong(f"{case}: the model still tells A first from B first (it is right on "
-                    f"{_accuracy(logits, new_labels):.0%} of the new sequences): with positions=False leave out every "
+                    f"{_accuracy(logits, new_labels):.0%} of the new sequences): with use_positions=False leave out every "
                     "source of position, the encoding and any causal mask.")
