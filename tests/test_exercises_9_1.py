@@ -24,7 +24,7 @@ def _sdpa(Q, K, V, scale, dim=-1):
 
 
 def _decode(model, source, offsets, sign=1, copied=True, renormalize=True, context=True, wrap=False, modify=False,
-            teacher=False, tanh=True, start=False):
+            teacher=False, tanh=True, start=False, clamp=False):
     n = source.shape[1]
     if modify:
         model.out.weight.data.mul_(2.0)
@@ -37,6 +37,8 @@ def _decode(model, source, offsets, sign=1, copied=True, renormalize=True, conte
         a = a.clone()
         for o in offsets:
             i = (n - 1 - t if copied else t) + sign * o
+            if clamp:                                        # "keep the indices in range": hides an end instead
+                i = min(max(i, 0), n - 1)
             if 0 <= i < n or (wrap and -n <= i < 0):
                 a[:, i] = 0.0
         if renormalize:
@@ -49,6 +51,15 @@ def _decode(model, source, offsets, sign=1, copied=True, renormalize=True, conte
         weights.append(a)
         prev = source[:, n - 1 - t] if teacher else prev if start else logit.argmax(-1)
     return torch.stack(logits, 1), torch.stack(weights, 1)
+
+
+def _implicit_softmax(Q, K, V):
+    """F.softmax without dim: torch picks dim 1 for a matrix (the keys', right), 0 for a 3-D batch, 1 for a 4-D one."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w = torch.nn.functional.softmax(Q @ K.mT / Q.shape[-1] ** 0.5)
+    return w @ V, w
 
 
 def _decode_masked_scores(model, source, offsets):
@@ -165,6 +176,7 @@ STUDENTS = {
          "should be a torch.Tensor, got list"),
         (lambda Q, K, V: (lambda w: (w @ V, w))(torch.exp(Q @ K.mT / Q.shape[-1] ** 0.5)), "weights are not attention's"),
         (lambda Q, K, V: (lambda w: (w, w @ V))(torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5, -1)), "in that order"),
+        (lambda Q, K, V: _implicit_softmax(Q, K, V), "Softmax over the keys: dim=-1"),
     ],
     "9.1.2": [
         (lambda r, rho: (rho / r) ** 0.5, None),
@@ -191,6 +203,7 @@ NEW_WRONG = {
                                                                                       "model (its parameters"),
         (lambda model, source, offsets: _decode(model, source, offsets, teacher=True), "teacher forcing"),
         (lambda model, source, offsets: _decode(model, source, offsets, start=True), "fed the start symbol"),
+        (lambda model, source, offsets: _decode(model, source, offsets, clamp=True), "not clamped to the nearest end"),
     ],
     # (A norm too large gets the hint about a loss that lets each value copy itself, one too small the hint about a
     # training that did not run; a value that is not a norm is told so.)
@@ -306,6 +319,28 @@ def test_9_1_3_a_hidden_position_is_hidden_exactly():
             prev = logit.argmax(-1)
         return torch.stack(logits, 1), torch.stack(weights, 1)
     fails_on_every_seed("9.1.3", decode, "a hidden position should get weight exactly 0", seeds=range(20))
+
+
+# Students' review 14: answers whose verdict depended on the draw, or got another mistake's hint -------------------
+
+def test_9_1_3_clamping_out_of_range_positions_fails_every_check():
+    """Clamping n - 1 - t + o into 0 .. n - 1 (hiding an end in place of a position that does not exist) passed one
+    check in five: the clamped position was often hidden anyway by another offset ([0, 1] at t = 0, [-1, 0] at
+    t = n - 1). Case 2 now always holds offsets that go out of range alone ([-1] or [-1, 2])."""
+    fails_on_every_seed("9.1.3", lambda model, source, offsets: _decode(model, source, offsets, clamp=True),
+                        "not clamped to the nearest end", seeds=range(40))
+    for answer in RIGHT["9.1.3"]:
+        for seed in range(40):
+            ok, message = verdict("9.1.3", answer, seed=seed)
+            assert ok, (seed, message)
+
+
+def test_9_1_1_softmax_without_dim_gets_its_own_hint():
+    """F.softmax(scores) without dim is right on a matrix and wrong on a batch, so it was told it works on 2-D inputs
+    only and to use .mT and @, which it already did."""
+    fails_on_every_seed("9.1.1", _implicit_softmax, "Softmax over the keys: dim=-1", seeds=range(40))
+    ok, message = verdict("9.1.1", _implicit_softmax, seed=0)
+    assert "2-D inputs only" not in message and ".mT" not in message, message
 
 
 # 9.1.5, the open exercise: its verdict is the held-out error of the answer's norm against the best norm's ---------

@@ -10,6 +10,7 @@ import re
 import torch
 from exercises_common import (
     NOTEBOOKS,
+    fails_on_every_seed,
     section_tests,
 )
 
@@ -51,15 +52,17 @@ def _rms_float64(blocks, x):
     return torch.stack(out).float()
 
 
-def _reverser(steps=200, positions=True, causal=True, shift=True, returns="model", d=32):
-    """9.4.5's answers: the reference's decoder (one block of width 32, Adam at 1e-2), or one of its mistakes."""
+def _reverser(steps=200, positions=True, causal=True, shift=True, returns="model", d=32, whole_table=False):
+    """9.4.5's answers: the reference's decoder (one block of width 32, Adam at 1e-2), or one of its mistakes
+    (``whole_table``: T - 1 position embeddings added whole, so that it takes T - 1 tokens and no other length)."""
     def train_reverser(batch, vocab, T):
-        parts = torch.nn.ModuleDict(dict(tok=torch.nn.Embedding(vocab, d), pos=torch.nn.Embedding(T, d),
+        parts = torch.nn.ModuleDict(dict(tok=torch.nn.Embedding(vocab, d), pos=torch.nn.Embedding(T - whole_table, d),
                                          block=PreNormBlock(d, Attention(d, heads=2, causal=causal)),
                                          norm=torch.nn.LayerNorm(d), out=torch.nn.Linear(d, vocab)))
 
         def decoder(idx):
-            x = parts["tok"](idx) + (parts["pos"].weight[: idx.shape[1]] if positions else 0)
+            table = parts["pos"].weight if whole_table else parts["pos"].weight[: idx.shape[1]]
+            x = parts["tok"](idx) + (table if positions else 0)
             return parts["out"](parts["norm"](parts["block"](x)))
 
         opt = torch.optim.Adam(parts.parameters(), lr=1e-2)
@@ -72,8 +75,47 @@ def _reverser(steps=200, positions=True, causal=True, shift=True, returns="model
             loss.backward()
             opt.step()
             losses.append(loss.item())
-        return {"model": decoder, "losses": losses, "pair": lambda idx: (decoder(idx), None)}[returns]
+        return {"model": decoder, "losses": losses, "pair": lambda idx: (decoder(idx), None),
+                "no_grad": torch.no_grad()(decoder)}[returns]
     return train_reverser
+
+
+def _lookup(batch, vocab, T):
+    """Wrong: no model and no training, the reversal hard-coded, causally (position j reads token 2 n - 1 - j)."""
+    n = (T - 1) // 2
+
+    def model(idx):
+        B, t = idx.shape
+        logits = torch.zeros(B, t, vocab)
+        for j in range(n, t):
+            logits[torch.arange(B), j, idx[:, 2 * n - 1 - j]] = 50.0
+        return logits
+    return model
+
+
+def _one_hot_unsized(z, t, eps):
+    """Wrong: F.one_hot without num_classes, as wide as the largest target + 1 (right when a target is class V - 1)."""
+    q = (1 - eps) * torch.nn.functional.one_hot(t) + eps / z.shape[-1]
+    return -(q * torch.log_softmax(z, dim=-1)).sum(-1).mean()
+
+
+def _kl_plus_entropy(z, t, eps):
+    """Correct, another way: KL(q || p) + H(q), with 0 log 0 = 0 (xlogy)."""
+    q = (1 - eps) * torch.nn.functional.one_hot(t, z.shape[-1]).to(z.dtype) + eps / z.shape[-1]
+    return (torch.nn.functional.kl_div(z.log_softmax(-1), q, reduction="batchmean")
+            - torch.special.xlogy(q, q).sum(-1).mean())
+
+
+def _finite_differences(z, w):
+    """Right, though not derived by hand: central differences in float64."""
+    f = lambda z: w * torch.logsumexp(z, -1).pow(2).mean()
+    z, h = z.double(), 1e-6
+    g = torch.zeros_like(z)
+    for i in range(z.numel()):
+        e = torch.zeros(z.numel(), dtype=z.dtype)
+        e[i] = h
+        g.view(-1)[i] = (f(z + e.view_as(z)) - f(z - e.view_as(z))) / (2 * h)
+    return g
 
 
 def _wider(batch, vocab, T, d=64):
@@ -163,6 +205,8 @@ STUDENTS = {
         (lambda z, t, eps: (-(1 - eps) * z.log_softmax(-1).gather(1, t[:, None]).squeeze(1)
                             - eps / z.shape[-1] * z.log_softmax(-1).sum(-1)).sum().item(), "a mean, not a sum"),
         (lambda z, t, eps: f"{torch.nn.functional.cross_entropy(z, t):.4f}", "should be a number, got str"),
+        (_one_hot_unsized, "give it num_classes"),
+        (_kl_plus_entropy, None),
     ],
 }
 
@@ -186,13 +230,15 @@ NEW_WRONG = {
         (_reverser(positions=False), "must know where each token is"),                  # positions left out
         (_reverser(steps=3, returns="losses"), "return the trained model"),             # returns its losses
         (_reverser(steps=3, returns="pair"), "the logits alone"),                       # returns (logits, weights)
+        (_reverser(whole_table=True), "must take any length t < T"),                    # T - 1 tokens only
+        (_lookup, "Train a model"),                                                     # hard-coded, untrained
     ],
 }
 
 
 RIGHT = {
     "9.4.1": [_rms_float64, lambda blocks, x: torch.tensor([v for v in _rms(blocks, x, as_list=True)])],
-    "9.4.5": [_torch_layer, _wider],
+    "9.4.5": [_torch_layer, _wider, _reverser(returns="no_grad")],
 }
 
 
@@ -345,6 +391,41 @@ def test_9_4_5_states_the_checks_level_and_its_reference_clears_it_on_every_draw
             losses[name].append(torch.nn.functional.cross_entropy(logits[:, n:].flatten(0, 1), x[:, n + 1:].flatten()).item())
     assert max(losses["reference"]) < s9_4.LEVEL / 5, losses
     assert min(losses["positions left out"]) > 5 * s9_4.LEVEL, losses
+
+
+# Students' review 14: answers whose verdict depended on the draw, or that the checks could not tell ----------------
+
+def test_9_4_3_one_hot_without_num_classes_fails_every_check():
+    """F.one_hot(targets) without num_classes is right when some target is the last class: it passed about one
+    check in seven, and otherwise raised a shape error that named nothing. Case 2's targets now never include the
+    last class, and the hint names num_classes, after a wrong value or the error it raised."""
+    fails_on_every_seed("9.4.3", _one_hot_unsized, "give it num_classes", seeds=range(40))
+    for seed in range(40):
+        ok, message = verdict("9.4.3", _kl_plus_entropy, seed=seed)
+        assert ok, (seed, message)
+
+
+def test_9_4_5_a_model_for_one_length_only_fails_every_check():
+    """A decoder that adds its whole position table takes T - 1 tokens only: the check ran it at that length alone,
+    and the notebook's next cell, which generates from the first n + 1 tokens, then crashed."""
+    fails_on_every_seed("9.4.5", _reverser(whole_table=True), "must take any length t < T", seeds=range(5))
+
+
+def test_9_4_5_a_hard_coded_reversal_fails_every_check_and_trained_models_pass():
+    """A lookup that reads each answer from the earlier tokens, with no model and no training, passed every check.
+    A model trained and returned under torch.no_grad (its logits need no gradient) still passes."""
+    fails_on_every_seed("9.4.5", _lookup, "computed no gradient while it ran", seeds=range(5))
+    for seed in range(5):
+        ok, message = verdict("9.4.5", _reverser(returns="no_grad"), seed=seed)
+        assert ok, (seed, message)
+
+
+def test_9_4_2_says_what_it_checked_not_how_the_gradient_was_found():
+    """Finite differences in float64 are right, and the check cannot tell them from a derivation: the message said
+    "derived by hand"."""
+    for seed in range(3):
+        ok, message = verdict("9.4.2", _finite_differences, seed=seed)
+        assert ok and "by hand" not in message and "without autograd" in message, message
 
 
 def test_9_4_1_solution_says_how_the_part_the_blocks_add_grows():

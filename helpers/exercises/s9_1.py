@@ -14,6 +14,7 @@ from helpers.exercises.judge import (
     as_number,
     call,
     cases,
+    close,
     compare,
     compare_number,
     exercise,
@@ -29,6 +30,21 @@ from helpers.exercises.judge import (
 def _sdpa(Q, K, V, scale, dim=-1):
     w = torch.softmax(Q @ K.transpose(-2, -1) * scale, dim=dim)
     return w @ V, w
+
+
+def _implicit_dim(ndim):
+    """The dim ``F.softmax(x)`` takes without one (torch's legacy rule, with a warning): 1 for a matrix, which is
+    the keys' dim, but 0 for a batch of matrices (3-D) and 1 for a batch of batches (4-D)."""
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+_IMPLICIT = ("Your softmax took no dim, so torch chose one from the number of dimensions: the keys' dim for a "
+             "matrix, but a batch dimension for a batch of them. Softmax over the keys: dim=-1.")
+
+
+class _Named(Exception):
+    """A failure whose hint names the mistake, carried past ``on_batches`` (which would call an answer that is right
+    on one matrix of the batch one that works on 2-D inputs only)."""
 
 
 @exercise("9.1.1", "Your weights sum to one over the keys and your outputs are softmax(QK^T / sqrt(d_k)) V, "
@@ -61,13 +77,22 @@ def _(answer):
                     and w.shape == want_out.shape and want_w.shape != want_out.shape:
                 raise Wrong(f"{case}: your first result has the weights' shape and the second the outputs': "
                             "return (outputs, weights), in that order.")
+            implicit = _sdpa(Q, K, V, d ** -0.5, dim=_implicit_dim(Q.dim()))[1]
+            if isinstance(w, torch.Tensor) and close(w, implicit) and not close(w, want_w):
+                try:
+                    compare(w, want_w, case, what="weights", mistakes=[(implicit, _IMPLICIT)])
+                except Wrong as wrong:
+                    raise _Named(str(wrong)) from None
             compare(w, want_w, case, what="weights", mistakes=mistakes,
                     hint="Your weights are not attention's: compare each step with the equation of the section's "
                          "'Scaled dot-product attention' (one row of scores per query, one column per key).")
             compare(out, want_out, case, what="outputs",
                     hint="Your weights are right, but your outputs are not the values averaged with them.")
         # An answer that fails on a batch but is right on its first matrix works on 2-D inputs only: say so.
-        on_batches(run, r.randn(*lead, m, d), r.randn(*lead, n, d), r.randn(*lead, n, d_v), case=case, name=name)
+        try:
+            on_batches(run, r.randn(*lead, m, d), r.randn(*lead, n, d), r.randn(*lead, n, d_v), case=case, name=name)
+        except _Named as named:
+            raise Wrong(str(named)) from None
 
 
 # 9.1.2: the bandwidth implied by a query's norm -------------------------------------------------------------
@@ -114,10 +139,11 @@ def _(answer):
 # 9.1.3: decoding the reversal model with some source positions hidden ---------------------------------------
 
 def _decode_hiding(model, source, offsets, relative=1, copied=True, renormalize=True, context=True, wrap=False,
-                   teacher=False, tanh=True, start=False):
+                   teacher=False, tanh=True, start=False, clamp=False):
     """Greedy decoding with source positions n - 1 - t + o, o in offsets, hidden at output step t (``teacher``:
     the mistake of feeding the true reversed digit instead of the model's own prediction; ``start``: of feeding
-    the start symbol at every step)."""
+    the start symbol at every step; ``clamp``: of hiding the nearest end in place of a position outside the
+    string)."""
     n = source.shape[1]
     with torch.no_grad():
         h, _ = model.encoder(model.embed(source))
@@ -129,6 +155,8 @@ def _decode_hiding(model, source, offsets, relative=1, copied=True, renormalize=
             hide = torch.zeros(n, dtype=torch.bool)
             for o in offsets:
                 i = (n - 1 - t if copied else t) + relative * o
+                if clamp:
+                    i = min(max(i, 0), n - 1)
                 if 0 <= i < n or (wrap and -n <= i < 0):
                     hide[i] = True
             a = a.masked_fill(hide, 0.0)
@@ -154,8 +182,11 @@ _OWN_PREDICTION = ("Feed the model's own previous prediction, the argmax of its 
 def _(answer):
     from helpers.models import AdditiveAttention, AttentionSeq2Seq
     g = generator()
-    # One case hides the copied position or its neighbours, one reaches past the start of the string (-1).
-    offset_sets = (([0], [1], [0, 1]), ([-1, 0], [-1, 2]), ([0], [1], [-1, 0], [0, 1], [-1, 2]))
+    # One case hides the copied position or its neighbours; one reaches past the start of the string (-1) with
+    # offsets that go out of range where no other offset hides the nearest end (-1 at the last step, 2 at the first),
+    # so that clamping a position into 0 .. n - 1, rather than skipping it, fails every check. Its sets are not
+    # symmetric ([-1, 1] is), so that an offset taken with the wrong sign fails every check too.
+    offset_sets = (([0], [1], [0, 1]), ([-1], [-1, 2]), ([0], [1], [-1, 0], [0, 1], [-1, 2]))
     for k in range(1, 4):
         n, d, B = pick(g, (4, 5, 6, 7)), pick(g, (8, 12, 16)), pick(g, (3, 5, 8))
         offsets = list(pick(g, offset_sets[k - 1]))
@@ -188,6 +219,9 @@ def _(answer):
              "The weights left should sum to one again: divide by their sum (or set the hidden scores to -inf)."),
             (_decode_hiding(model, source, offsets, wrap=True)[1],
              "A position outside 0 .. n - 1 does not exist: skip it (a negative index wraps around to the end)."),
+            (_decode_hiding(model, source, offsets, clamp=True)[1],
+             "Positions outside 0 .. n - 1 are skipped, not clamped to the nearest end: clamping hides position 0 "
+             "or n - 1 in their place."),
             (_decode_hiding(model, source, offsets, context=False)[1],
              "Your first step's weights are right, but the context still comes from the old ones: "
              "c = sum_i a_i h_i with the new a."),
