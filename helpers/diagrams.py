@@ -30,6 +30,10 @@ SIZE, SMALL = 10, 9                                   # points: the book's font 
 WIDTH = 6.5                                           # inches: the site's column (see helpers.mechanisms)
 DARK_YELLOW = "#A89200"                               # Okabe and Ito's yellow darkened: 3.1:1 against white, #F0E442 1.3:1
 MAY_ATTEND, HIDDEN = PALETTE["blue"], "white"         # the chapter's mask colours (see MASK_STYLE)
+# A block's sublayers in 9.4's diagrams: self-attention purple, cross-attention green, the MLP grey. Not the
+# colours of the queries (vermillion), keys (sky) and values (orange) of 9.1 and 9.2 (helpers.mechanisms), nor
+# the masks' blue, so that a box does not read as one of those.
+ATTENTION_COLOR, CROSS_COLOR, MLP_COLOR = PALETTE["purple"], PALETTE["green"], "0.85"
 
 
 def _luminance(rgb):
@@ -125,6 +129,8 @@ def mask_grid(ax, mask, title):
     ax.set_yticks(np.arange(mask.shape[0]) - 0.5, minor=True)
     ax.grid(which="minor", color="0.75", lw=0.5)
     ax.tick_params(which="both", length=0, labelbottom=False, labelleft=False)
+    for spine in ax.spines.values():                     # a closed frame, as masks_on_batch draws: hidden cells end somewhere
+        spine.set(visible=True, linewidth=1, color="black")
     ax.set_title(title, fontsize=SMALL)
     ax.set_xlabel("keys", fontsize=SMALL, labelpad=2)
     ax.set_ylabel("queries", fontsize=SMALL, labelpad=2)
@@ -434,7 +440,8 @@ def block_diagram(ax):
     """A pre-normalization transformer block on ``ax``, bottom to top, in axes units.
 
     The residual stream runs up the left from the input $x$ to the output $x'$; two branches leave it,
-    LayerNorm then multi-head attention and LayerNorm then MLP, each added back at a plus sign.
+    LayerNorm then multi-head attention and LayerNorm then MLP, each added back at a plus sign. The
+    attention is drawn ``ATTENTION_COLOR`` (purple), the MLP ``MLP_COLOR`` (grey), as ``encoder_decoder_wiring`` draws them.
     """
     _axes(ax).set(xlim=(0, 1), ylim=(0, 1), aspect="auto")
     ax.axis("off")
@@ -443,7 +450,7 @@ def block_diagram(ax):
     def box(y, height, text, color):
         ax.add_patch(FancyBboxPatch((box_x - 0.2, y - height / 2), 0.4, height, boxstyle="round,pad=0.01",
                                     fc=color, ec="black", lw=1))
-        ax.text(box_x, y, text, ha="center", va="center")
+        ax.text(box_x, y, text, ha="center", va="center", color=text_color(color))
 
     def arrow(start, end):
         ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="-|>", color="black", lw=1.2))
@@ -451,7 +458,7 @@ def block_diagram(ax):
     arrow((stream_x, 0.04), (stream_x, 0.96))                              # the residual stream
     ax.text(stream_x, 0.015, "$x$ (embeddings)", ha="center", va="center")
     ax.text(stream_x, 0.985, "$x'$", ha="center", va="center")
-    for y0, layer, color in [(0.12, "multi-head\nattention", PALETTE["sky"]), (0.55, "MLP", PALETTE["orange"])]:
+    for y0, layer, color in [(0.12, "multi-head\nattention", ATTENTION_COLOR), (0.55, "MLP", MLP_COLOR)]:
         ax.plot([stream_x, box_x, box_x], [y0, y0, y0 + 0.05], color="black", lw=1.2)
         box(y0 + 0.09, 0.07, "LayerNorm", "white")
         arrow((box_x, y0 + 0.125), (box_x, y0 + 0.175))

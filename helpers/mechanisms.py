@@ -28,7 +28,7 @@ from matplotlib.textpath import text_to_path
 
 from helpers.attention import causal_mask, padding_mask
 from helpers.checks import integer, integers, positive_int
-from helpers.diagrams import DARK_YELLOW, text_color
+from helpers.diagrams import ATTENTION_COLOR, CROSS_COLOR, DARK_YELLOW, MLP_COLOR, text_color
 from helpers.plotting import PALETTE
 from helpers.positions import frequencies
 
@@ -141,6 +141,14 @@ def _num(x, fmt=".2f"):
     return f"{x:{fmt}}".replace("-", "\u2212")
 
 
+def _figures(x, digits=3):
+    """``x`` to ``digits`` significant figures, trailing zeros kept (0.000400, not 0.0004); a whole number as
+    it is (3, not 3.00), and one of ``digits`` or more digits without a point (123, not 123.)."""
+    if float(x).is_integer():
+        return _num(x, ",.0f")
+    return _num(x, f"#.{digits}g").removesuffix(".")
+
+
 def _shape(names, sizes):
     """``"(B, T, d)\\n= (2, 5, 16)"``: a tensor's shape in symbols, then in numbers, these on two lines if long."""
     numbers = [str(s) for s in sizes]
@@ -203,13 +211,14 @@ def soft_lookup(weights, values, scores=None):
 
 
 def encoder_decoder_attention(T_in, weights=None, step=None):
-    """Figure: Bahdanau's attention at one output step. The encoder reads ``x_1..x_T_in`` (2 to 8) into
+    """Figure: Bahdanau's attention at one output step. The encoder reads ``x_0..x_{T_in-1}`` (2 to 8) into
     states ``h_i``; the previous decoder state ``s_{t-1}`` scores every ``h_i`` (a dot on each line); the
     weights ``alpha_ti`` (``weights (T_in,)``, drawn as line widths, else symbols), written between the
     dot and the sum, sum the states into the context ``c_t``. The next decoder state ``s_t`` reads
     ``s_{t-1}``, the previous output ``y_{t-1}`` and ``c_t``; the output layer reads ``s_t`` and ``c_t`` and
     gives the next output ``y_t``. ``step`` (an int >= 1) writes ``t`` as a number. The letters are
-    section 9.1's: ``i`` for an encoder position, counted from 1, ``e_ti``, ``alpha_ti``. Returns the figure."""
+    section 9.1's: ``i`` for an encoder position, counted from 0 as in its code, ``e_ti``, ``alpha_ti``. Returns
+    the figure."""
     T_in = _count(T_in, "T_in", 2, 8)
     if weights is not None:
         weights = _distribution(weights, "weights", T_in)
@@ -230,18 +239,18 @@ def encoder_decoder_attention(T_in, weights=None, step=None):
         """The height a fraction ``f`` of the way up from the encoder states to the sum: the dots' row, the weights'."""
         return y_h + 0.2 + f * (y_c - r - y_h - 0.2)
 
-    labels = [f"$\\alpha_{{{sub(j)}}}$" if weights is None else _num(weights[j - 1]) for j in range(1, T_in + 1)]
+    labels = [f"$\\alpha_{{{sub(j)}}}$" if weights is None else _num(weights[j]) for j in range(T_in)]
     fs = [0.45] * T_in                                       # where along its line each weight is written
     if max(_width(label) for label in labels) + 0.06 > (xs[1] - xs[0]) * (1 - fs[0]):
         fs = [0.36 if j % 2 else 0.58 for j in range(T_in)]  # staggered, where the lines are too close
     ax.text(0.1, y_h, "encoder states\n(a recurrent\nnetwork)", ha="left", va="center", fontsize=SIZE)
-    for j, (x, f, label) in enumerate(zip(xs, fs, labels, strict=True), start=1):   # j counts the boxes; the letter is i
+    for j, (x, f, label) in enumerate(zip(xs, fs, labels, strict=True)):   # j counts the boxes from 0; the letter is i
         _box(ax, x, y_h, bw, 0.4, f"$h_{{{j}}}$", PALETTE["sky"])
         ax.text(x, y_x, f"$x_{{{j}}}$", ha="center", va="center", fontsize=SIZE)
         _arrow(ax, (x, y_x + 0.17), (x, y_h - 0.2))
-        if j < T_in:
-            _arrow(ax, (x + bw / 2, y_h), (xs[j] - bw / 2, y_h))
-        share = 1.2 if weights is None else 0.6 + 6 * weights[j - 1]
+        if j < T_in - 1:
+            _arrow(ax, (x + bw / 2, y_h), (xs[j + 1] - bw / 2, y_h))
+        share = 1.2 if weights is None else 0.6 + 6 * weights[j]
         start = np.array([x, y_h + 0.2])
         towards = np.array([xc, y_c]) - start
         end = np.array([xc, y_c]) - r * towards / np.hypot(*towards)          # on the circle, towards its centre
@@ -368,10 +377,10 @@ def multi_head_split(B, T, d, heads):
     """Figure: multi-head attention's reshapes. ``x (B, T, d)`` is projected to ``q, k, v (B, T, d)``, split
     along ``d`` into ``heads`` heads, all of them ``(B, H, T, d/H)``, attended in each head, concatenated back to
     ``(B, T, d)`` and projected by ``W_O``; each tensor's shape is written under it, in symbols and in numbers.
-    ``d`` runs down the tensors: the split tensor's height is marked ``d`` at its left side, and one head's
-    stripe ``d/H``. The letters are section 9.2's: ``H``
-    heads, head ``h``. Up to 6 heads are drawn, more as the first two, an ellipsis and the last. Returns the
-    figure."""
+    ``d`` runs down the tensors, all drawn as tall: the input's height is marked ``d`` at its left side, where
+    no arrow crosses the mark, and the first head's stripe of ``q, k, v`` is marked ``d/H``. The letters are
+    section 9.2's: ``H`` heads, head ``h``. Up to 6 heads are drawn, more as the first two, an ellipsis and the
+    last. Returns the figure."""
     B, T, d = positive_int(B, "B"), positive_int(T, "T"), positive_int(d, "d")
     heads = positive_int(heads, "heads")
     if d % heads:
@@ -388,7 +397,7 @@ def multi_head_split(B, T, d, heads):
     fig, ax = _canvas(W, H)
     top = H - 0.8
     ys = top - row / 2 - row * np.arange(len(shown))
-    xs = [0.45, 1.5, 2.65, 3.8, 4.95, 6.0]
+    xs = [0.55, 1.5, 2.65, 3.8, 4.95, 6.0]
     split_label = f"$d/H$ = {d // heads}"                         # written on the first head's stripe
     striped, boxed = max(0.7, _width(split_label) + 0.1), 0.85    # widths: the split tensors, each head's boxes
     for x, text in zip(xs, under, strict=True):
@@ -397,14 +406,14 @@ def multi_head_split(B, T, d, heads):
              "attention\nin each head", "concatenate\nthe heads", "project\nby $W_O$"]
     for x, text in zip([(a + b) / 2 for a, b in pairwise(xs)], steps, strict=True):
         ax.text(x, H - 0.38, text, ha="center", va="center", fontsize=SMALL)
-    x_d = xs[1] - striped / 2 - 0.1                             # the split dimension, d, measured down the left side
+    x_d = xs[0] - 0.2 - 0.1                                     # d, measured down the input's left side
     ax.annotate("", xy=(x_d, top), xytext=(x_d, top - stack), arrowprops=dict(arrowstyle="|-|", mutation_scale=2.5,
                                                                               lw=0.8, shrinkA=0, shrinkB=0))
-    if _width(f"$d$ = {d}") + 0.1 <= stack / 2:                 # above the arrow from x, which enters halfway down
-        ax.text(x_d - 0.04, top - stack / 4, f"$d$ = {d}", ha="center", va="bottom", fontsize=SMALL, rotation=90,
+    if _width(f"$d$ = {d}") + 0.1 <= stack:                     # upright beside the line
+        ax.text(x_d - 0.04, top - stack / 2, f"$d$ = {d}", ha="center", va="bottom", fontsize=SMALL, rotation=90,
                 rotation_mode="anchor")
     else:                                                        # one short head: over the line's top end
-        ax.text(x_d, top + 0.15, f"$d$ = {d}", ha="right", va="center", fontsize=SMALL)
+        ax.text(x_d - 0.05, top + 0.15, f"$d$ = {d}", ha="left", va="center", fontsize=SMALL)
     for x in (xs[0], xs[5]):
         _box(ax, x, top - stack / 2, 0.4, stack, "", "0.85")
     for x in (xs[1], xs[4]):
@@ -520,7 +529,8 @@ def rope_rotation(d, positions, base=10000.0, pairs=None):
     by default the first, the last and two between), a circle shows the pair at each of ``positions`` (up to
     6 ints >= 0), turned by ``t * omega_j`` from where it points at position 0, with ``omega_j = base^(-2j/d)``
     from ``helpers.positions.frequencies``: ``t`` is a position, as in section 9.3 and ``positions.rope``.
-    Arrows whose tips fall within a pixel of one another are named under their circle ("all four overlap").
+    Frequencies and angles are written to three significant figures (a whole number as it is). Arrows whose
+    tips fall within a pixel of one another are named under their circle ("all four overlap").
     A note states why the score of a query at ``m`` and a key at ``n`` depends only on ``n - m``. Returns
     the figure."""
     omega = frequencies(d, base).numpy()                         # checks d (even) and base (> 1)
@@ -555,10 +565,10 @@ def rope_rotation(d, positions, base=10000.0, pairs=None):
             angle = t * omega[j]
             tips.append((r * np.cos(angle), r * np.sin(angle)))
             _arrow(ax, (cx, cy), (cx + tips[-1][0], cy + tips[-1][1]), color=color, lw=1.6)
-        ax.text(cx, H - 0.5, f"pair $j$ = {j}\n(coordinates {2 * j}, {2 * j + 1})\n$\\omega_{{{j}}}$ = {omega[j]:.3g} rad"
+        ax.text(cx, H - 0.5, f"pair $j$ = {j}\n(coordinates {2 * j}, {2 * j + 1})\n$\\omega_{{{j}}}$ = {_figures(omega[j])} rad"
                 "\nper position", ha="center", va="center", fontsize=SMALL)
         turned = last * omega[j]
-        ax.text(cx, cy - r - 0.3, f"angle at $t$ = {last:,}:\n{_num(turned, '.3g' if turned < 1000 else ',.0f')} rad",
+        ax.text(cx, cy - r - 0.3, f"angle at $t$ = {last:,}:\n{_figures(turned) if turned < 999.5 else _num(turned, ',.0f')} rad",
                 ha="center", va="center", fontsize=SMALL)
         groups = _overlapping(tips, positions, within=0.01)      # a pixel at the notebooks' 100 dpi
         if groups:
@@ -599,13 +609,15 @@ def encoder_decoder_wiring(n_layers):
     """Figure: an encoder–decoder transformer of ``n_layers`` (1 to 3) blocks a side. Encoder blocks hold
     self-attention and an MLP; decoder blocks hold causal self-attention, cross-attention and an MLP. Both
     inputs are token embeddings plus positions. The encoder's output, the memory, reaches every decoder
-    block's cross-attention as keys and values; its queries come from the decoder. Residual connections and
-    normalization are left out. Returns the figure."""
+    block's cross-attention as keys and values; its queries come from the decoder. The last decoder block feeds
+    the output layer, which gives the next-token logits. Residual connections and normalization are left out.
+    The sublayers take ``block_diagram``'s colours (``helpers.diagrams.ATTENTION_COLOR``, ``CROSS_COLOR``,
+    ``MLP_COLOR``), not those of the queries, keys and values. Returns the figure."""
     n = _count(n_layers, "n_layers", 1, 3)
-    enc = [("self-attention", PALETTE["sky"]), ("MLP", PALETTE["orange"])]
-    dec = [("causal self-attention", PALETTE["sky"]), ("cross-attention", PALETTE["green"]), ("MLP", PALETTE["orange"])]
+    enc = [("self-attention", ATTENTION_COLOR), ("MLP", MLP_COLOR)]
+    dec = [("causal self-attention", ATTENTION_COLOR), ("cross-attention", CROSS_COLOR), ("MLP", MLP_COLOR)]
     pitch, crosses = 1.65, []
-    W, H = WIDTH, 0.95 + n * pitch
+    W, H = WIDTH, 1.42 + n * pitch
     fig, ax = _canvas(W, H)
     x_enc, x_dec, x_bus, w_enc, w_dec = 1.55, 4.7, 3.15, 1.8, 2.0
     ax.text(x_enc, 0.22, "source tokens + positions", ha="center", va="center", fontsize=SIZE)
@@ -630,8 +642,11 @@ def encoder_decoder_wiring(n_layers):
     ax.plot([x_enc, x_enc, x_bus, x_bus], [below_enc, y_mem, y_mem, crosses[0]],
             color=PALETTE["green"], lw=1.5)
     ax.text(x_enc, y_mem + 0.18, "memory: the encoder's output", ha="center", va="center", fontsize=SIZE)
-    _arrow(ax, (x_dec, below_dec), (x_dec, below_dec + 0.25))
-    ax.text(x_dec, below_dec + 0.4, "next-token logits", ha="center", va="center", fontsize=SIZE)
+    y_out = below_dec + 0.37                                  # the output layer, over the last decoder block
+    _arrow(ax, (x_dec, below_dec), (x_dec, y_out - 0.15))
+    _box(ax, x_dec, y_out, 1.1, 0.3, "output layer", "white", SMALL)
+    _arrow(ax, (x_dec, y_out + 0.15), (x_dec, y_out + 0.37))
+    ax.text(x_dec, y_out + 0.52, "next-token logits", ha="center", va="center", fontsize=SIZE)
     return fig
 
 

@@ -289,6 +289,7 @@ def test_mask_grid_fills_the_allowed_pairs(ax):
     assert torch.equal(torch.as_tensor(ax.images[0].get_array()), ~mask)
     assert ax.get_title() == "causal" and ax.get_xlabel() == "keys" and ax.get_ylabel() == "queries"
     assert len(ax.get_xticks(minor=True)) == 4 and list(ax.get_xticks()) == []
+    assert all(spine.get_visible() for spine in ax.spines.values())       # closed: the hidden cells end somewhere
     with pytest.raises(ValueError, match="bool tensor"):
         mask_grid(ax, mask.float(), "floats")
 

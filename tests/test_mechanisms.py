@@ -361,15 +361,16 @@ def _position(fig, text):
 def test_encoder_decoder_attention_draws_one_state_per_input_and_its_weight(draw):
     fig = draw(mechanisms.encoder_decoder_attention, 5)
     texts = strings(fig)
-    assert [f"$h_{{{j}}}$" for j in range(1, 6)] == [t for t in texts if t.startswith("$h_")]
-    assert {"$s_{t-1}$", "$s_{t}$", "context $c_{t}$", "$\\alpha_{t5}$", "previous output $y_{t-1}$", "output layer",
-            "next output $y_{t}$"} <= set(texts)
+    assert [f"$h_{{{j}}}$" for j in range(5)] == [t for t in texts if t.startswith("$h_")]   # from 0, as 9.1's code
+    assert [f"$x_{{{j}}}$" for j in range(5)] == [t for t in texts if t.startswith("$x_")]
+    assert {"$s_{t-1}$", "$s_{t}$", "context $c_{t}$", "$\\alpha_{t0}$", "$\\alpha_{t4}$", "previous output $y_{t-1}$",
+            "output layer", "next output $y_{t}$"} <= set(texts)
     assert "$c_{t} = {\\sum}_i\\, \\alpha_{ti}h_i$" in texts                      # sums written inline
     weights = torch.tensor([0.1, 0.6, 0.3])
     fig = draw(mechanisms.encoder_decoder_attention, 3, weights, step=4)
     texts = strings(fig)
     assert {"$s_{3}$", "$s_{4}$", "0.10", "0.60", "0.30", "next output $y_{4}$", "previous output $y_{3}$"} <= set(texts)
-    assert "$h_{4}$" not in texts
+    assert "$h_{2}$" in texts and "$h_{3}$" not in texts
     widths = [line.get_linewidth() for line in fig.axes[0].lines if line.get_color() == PALETTE["blue"]]
     assert widths == pytest.approx([0.6 + 6 * w for w in weights.tolist()])          # thicker where the weight is larger
 
@@ -484,17 +485,23 @@ def test_multi_head_split_writes_every_tensors_shape_with_the_sections_letters(d
 
 
 def test_multi_head_split_marks_d_down_the_side_the_heads_split(draw):
-    """The stripes split q, k, v from top to bottom, so d is marked along that side: a bar from the box's top to its
-    bottom, left of it, labelled upright beside it; not above the box, where it would read as its width."""
+    """The stripes split q, k, v from top to bottom, so d is marked along that side: a bar as tall as the tensors,
+    left of the input (the first box), labelled upright beside it; not above a box, where it would read as its
+    width, and crossed by no arrow."""
     fig = draw(mechanisms.multi_head_split, 2, 5, 16, 4)
     ax = fig.axes[0]
     box = next(p for p in ax.patches if isinstance(p, Rectangle) and p.get_facecolor()[3] == 0)    # q, k, v's outline
-    bottom, top, left = box.get_y(), box.get_y() + box.get_height(), box.get_x()
+    bottom, top = box.get_y(), box.get_y() + box.get_height()
+    left = min(p.get_x() for p in ax.patches)                                  # the input's box, the first
     label = next(t for t in ax.texts if t.get_text() == "$d$ = 16")
     assert label.get_rotation() == 90
     bar = next(a for a in ax.texts if isinstance(a, Annotation) and a.arrowprops["arrowstyle"] == "|-|")
     (x0, y0), (x1, y1) = bar.xyann, bar.xy
     assert x0 == x1 < left and sorted((y0, y1)) == pytest.approx([bottom, top])
+    for a in ax.texts:                                                         # no arrow runs across the bar
+        if isinstance(a, Annotation) and a is not bar:
+            (xa, ya), (xb, yb) = a.xyann, a.xy
+            assert not (min(xa, xb) <= x0 <= max(xa, xb) and bottom <= min(ya, yb) <= top), (a.xyann, a.xy)
     fig.canvas.draw()
     shown = label.get_window_extent(fig.canvas.get_renderer()).transformed(ax.transData.inverted())
     assert shown.x1 <= x0 and bottom <= shown.y0 < shown.y1 <= top             # beside the bar, within its span
@@ -558,6 +565,36 @@ def test_rope_rotation_turns_each_pair_by_position_times_its_frequency(draw):
     assert any("depends on the positions only through $n - m$" in t for t in texts)
 
 
+def test_rope_rotation_writes_three_significant_figures(draw):
+    """9.3's figure: every frequency and angle to three significant figures, trailing zeros kept (0.000400 at
+    t = 3 for pair 31, not 0.0004); a whole number as it is (1 rad, 3 rad)."""
+    texts = strings(draw(mechanisms.rope_rotation, 64, [0, 1, 2, 3]))
+    angles = [t.split("\n")[1] for t in texts if t.startswith("angle at")]
+    assert angles == ["3 rad", "0.169 rad", "0.00711 rad", "0.000400 rad"]
+    rates = [t.split("\n")[2].split("= ")[1] for t in texts if t.startswith("pair $j$")]
+    assert rates == ["1 rad", "0.0562 rad", "0.00237 rad", "0.000133 rad"]
+
+
+def _fill(ax, text):
+    """The face colour of the box on ``ax`` whose label is ``text``: the patch whose extent holds the label."""
+    x, y = next(t.get_position() for t in ax.texts if t.get_text() == text)
+    boxes = [p for p in ax.patches if p.get_extents().contains(*ax.transData.transform((x, y)))]
+    return min(boxes, key=lambda p: p.get_extents().width).get_facecolor()
+
+
+def test_the_blocks_sublayers_avoid_the_colours_of_queries_keys_and_values(draw):
+    """Figures 9.4.1 and 9.4.2 fill the attention and the MLP in colours of their own, the same in both: not
+    9.1's vermillion, sky and orange (queries, keys, values), nor the masks' blue."""
+    taken = {mpl.colors.to_rgba(c) for c in (mechanisms.QUERY, mechanisms.KEY, mechanisms.VALUE, mechanisms.ALLOWED)}
+    block = draw(diagrams.transformer_block, FAMILIES).axes[0]
+    wiring = draw(mechanisms.encoder_decoder_wiring, 1).axes[0]
+    fills = {"attention": {_fill(block, "multi-head\nattention"), _fill(wiring, "self-attention"),
+                           _fill(wiring, "causal self-attention")},
+             "MLP": {_fill(block, "MLP"), _fill(wiring, "MLP")}, "cross": {_fill(wiring, "cross-attention")}}
+    assert all(len(colors) == 1 for colors in fills.values()) and not set.union(*fills.values()) & taken
+    assert len(set.union(*fills.values())) == 3
+
+
 def test_rope_rotation_names_the_arrows_that_overlap_from_their_angles(draw):
     texts = strings(draw(mechanisms.rope_rotation, 64, [0, 1, 2, 3]))           # 9.3's figure: pairs 0, 10, 21, 31
     assert texts.count("(all four overlap)") == 2                               # pairs 21 and 31, within a pixel
@@ -587,6 +624,7 @@ def test_encoder_decoder_wiring_sends_the_memory_to_every_cross_attention(draw):
         assert f"decoder\nblock {n}" in texts and f"encoder\nblock {n + 1}" not in texts
         assert [t for t in texts if t.startswith(("source", "start", "next"))] == [
             "source tokens + positions", "start symbol + target so far + positions", "next-token logits"]
+        assert texts.count("output layer") == 1                                # the decoder's, under the logits
     for bad in (0, 4):
         with pytest.raises(ValueError, match="n_layers must be from 1 to 3"):
             mechanisms.encoder_decoder_wiring(bad)
