@@ -373,13 +373,14 @@ def cost_crossover(lengths, counts, d):
     return fig
 
 
-def saturation_panels(sigmas, p_max, norm, eps, marks, exact=None):
+def saturation_panels(sigmas, p_max, norm, eps, marks, exact=None, saturated=None):
     """Appendix A's figure: softmax saturation against the spread ``sigmas (S,)`` of the scores.
 
     ``p_max`` and ``norm`` are ``(S, N)``: the largest weight and the Jacobian's Frobenius norm of N score
     vectors at each spread. ``eps (S, M)`` is ``1 - p_max`` of the first M of them (M <= N) and ``exact
     (S, M)`` their norms (default ``norm[:, :M]``). Left: the mean largest weight, the mean and median
-    norm, a dotted line at the mean norm at spread 1, and a vertical line at each ``{sigma: label}`` of
+    norm, a dotted line at the mean norm at spread 1, a dash-dotted grey line at the norm ``saturated``
+    below which a query counts as saturated (if given), and a vertical line at each ``{sigma: label}`` of
     ``marks``. Right: each of the M vectors' norm against its ``eps`` (those above 1e-12, below which both
     are rounding noise) between the bounds ``p_max * eps`` and ``4 * eps``. Returns the figure.
     """
@@ -397,6 +398,8 @@ def saturation_panels(sigmas, p_max, norm, eps, marks, exact=None):
     left.plot(sigmas, norm.median(1).values, color=PALETTE["blue"], ls="--", lw=1, label="median $\\|J\\|_F$")
     at_one = norm[torch.argmin((sigmas - 1).abs())].mean()
     left.axhline(at_one, color=PALETTE["blue"], ls=":", lw=1, label="mean $\\|J\\|_F$ at $\\sigma=1$")
+    if saturated is not None:
+        left.axhline(saturated, color="gray", ls="-.", lw=1, label=f"saturated below {saturated:g}")
     for sigma, text in marks.items():
         left.axvline(sigma, color="gray", ls=":", lw=1)
         left.text(sigma * 1.08, 0.4, text, fontsize=8, color="gray", rotation=90, va="bottom")

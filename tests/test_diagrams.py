@@ -245,6 +245,21 @@ def test_saturation_panels_label_both_axes_and_mark_the_scaled_norm():
         diagrams.saturation_panels(sigmas, p_max[:2], norm, eps, marks={})
 
 
+def test_saturation_panels_draw_the_threshold_only_when_given():
+    sigmas = torch.tensor([0.5, 1.0, 4.0])
+    p_max = torch.tensor([[0.1, 0.2, 0.1], [0.3, 0.4, 0.5], [0.9, 0.99, 0.95]])
+    norm = torch.tensor([[0.1, 0.1, 0.1], [0.2, 0.4, 0.3], [0.05, 0.01, 0.03]])
+    for saturated, expected in ((None, []), (0.05, [0.05])):
+        fig = diagrams.saturation_panels(sigmas, p_max, norm, 1 - p_max, marks={}, saturated=saturated)
+        try:
+            left = fig.axes[0]
+            lines = [line for line in left.lines if line.get_linestyle() == "-."]
+            assert [line.get_ydata()[0] for line in lines] == pytest.approx(expected)
+            assert all(line.get_label() == "saturated below 0.05" for line in lines)   # named in the legend
+        finally:
+            plt.close(fig)
+
+
 def test_saturation_panels_scatter_the_first_vectors_with_their_exact_norms():
     """The right panel may show fewer vectors than the left averages, with norms computed another way."""
     sigmas = torch.tensor([0.5, 1.0, 4.0])
