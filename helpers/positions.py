@@ -135,10 +135,11 @@ def alibi_slopes(heads, dtype=torch.float64):
 
 
 def alibi_bias(T, heads, dtype=torch.float64):
-    """ALiBi's ``(heads, T, T)`` additive score bias ``-m_h |i - j|`` for query ``i`` and key ``j``.
+    """The ``(heads, T, T)`` additive score bias ``-m_h |i - j|`` for query ``i`` and key ``j``.
 
-    Under a causal mask (keys ``j <= i``) this is the paper's penalty ``-m_h (i - j)``; add it to the
-    scores before the softmax. Nothing is learned and every length ``T`` has a bias.
+    Under a causal mask (keys ``j <= i``) this is ALiBi's penalty ``-m_h (i - j)``, the only one the paper
+    defines; the symmetric form for unmasked attention is this book's extension. Add it to the scores
+    before the softmax. Nothing is learned and every length ``T`` has a bias.
     """
     T, wide = positive_int(T, "T"), _wide(dtype)
     pos = _positions(0, T, wide)

@@ -165,8 +165,9 @@ class _OrderRope(_Order):
 
 
 class _OrderAlibi(_Order):
-    """ALiBi's bias -m_h |i - j| (the section's alibi, two heads) on the reference's attention, without the causal mask
-    it needs: symmetric, so a sequence and its reversal get the same logits (no bias with use_positions=False)."""
+    """The section's alibi, ALiBi extended to later keys as -m_h |i - j| (two heads), on the reference's
+    attention, without the causal mask it needs: symmetric, so a sequence and its reversal get the same logits
+    (no bias with use_positions=False)."""
 
     def __init__(self, T, positions):
         super().__init__(T, "none")
@@ -424,10 +425,11 @@ def test_9_3_5_a_position_free_model_gives_a_sequence_and_its_swap_the_same_logi
 
 
 def test_9_3_5_a_symmetric_position_signal_gives_a_sequence_and_its_reversal_the_same_logits():
-    """Review 9.3 (round 2): ALiBi's bias without its causal mask, -m|i - j|, is the same read backwards, so the model
-    gives a sequence and its reversal (the other label) the same logits, and the checker says so. It does see positions
-    (swapping A and B changes its logits: the checker's test for no positions at all passes it on), and the encodings
-    that qualify (sinusoidal, learned, RoPE, the causal mask, ALiBi with its mask) tell a sequence from its reversal."""
+    """Review 9.3 (round 2): the section's ALiBi bias extended to later keys, -m|i - j|, is the same read
+    backwards, so the model gives a sequence and its reversal (the other label) the same logits, and the checker
+    says so. It does see positions (swapping A and B changes its logits: the checker's test for no positions at
+    all passes it on), and the encodings that qualify (sinusoidal, learned, RoPE, the causal mask, ALiBi with its
+    mask) tell a sequence from its reversal."""
     tokens, _ = s9_3.order_task(64, 9, torch.Generator().manual_seed(1), 4, 7)
     swapped = torch.where(tokens == 4, 7, torch.where(tokens == 7, 4, tokens))
     causal_alibi = _OrderAlibi(9, True)

@@ -233,8 +233,9 @@ def _(answer):
                         "anything compares the tokens?).")
         if same(_order_logits(model, new.flip(1), case, name, "new sequences"), logits):
             raise Wrong(f"{told} It gives the same logits for a sequence and for that sequence reversed, which has the "
-                        "other label: a symmetric position signal cannot tell a sequence from its reversal (ALiBi's "
-                        "bias -m|i - j| without its causal mask is one; add the mask, or use another encoding).")
+                        "other label: a symmetric position signal cannot tell a sequence from its reversal (the section's "
+                        "ALiBi extended to later keys, -m|i - j|, without the causal mask is one; add the mask, or use "
+                        "another encoding).")
         if seen < 0.6:
             raise Wrong(f"{told} It is at chance on its own training sequences too ({seen:.0%}): it has not learned. "
                         "Does the training take optimizer steps on the loss's gradients, with the right labels, and "
