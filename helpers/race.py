@@ -245,8 +245,9 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
     per core this process may use, ``usable_cores()``, at most one per model), submitted longest first;
     ``workers=0`` trains them one after the other in this process. With ``progress`` a bar counts the
     steps of all models together (``helpers.progress.Bar``: in a notebook a display that ends on the quiet
-    line "race: N steps", elsewhere tqdm on stderr); ``on_steps(n)``, if given, is called as each ``n``
-    more steps are done, in the thread that runs the race (``start_race`` counts them for ``result()``).
+    line "race (3 models x 1,500 steps): 4,500 steps", elsewhere tqdm on stderr); ``on_steps(n)``, if given,
+    is called as each ``n`` more steps are done, in the thread that runs the race (``start_race`` counts them
+    for ``result()``).
 
     A watchdog ends the workers and raises ``TimeoutError`` naming the model (the lane) when a started
     model reports no progress for ``stall`` seconds, or when the whole race passes ``deadline``
@@ -265,7 +266,8 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
     flag(progress, "progress")
     if on_steps is not None and not callable(on_steps):
         raise ValueError(f"on_steps must be a function of the number of steps done (or None), got {on_steps!r}")
-    bar = _Count(Bar(len(names) * setup.steps, desc="race", every=1.0, disable=not progress), on_steps)
+    bar = _Count(Bar(len(names) * setup.steps, desc=_desc(len(names), setup.steps), every=1.0, disable=not progress),
+                 on_steps)
     finished = False
     try:
         if workers == 0:
@@ -294,6 +296,11 @@ def race(names=tuple(MODELS), setup=None, workers=None, progress=True, stall=120
         return results
     finally:
         bar.close(finished)
+
+
+def _desc(models, steps):
+    """The progress line's name: "race (3 models x 1,500 steps)", so that its total reads as what it adds up."""
+    return f"race ({models} model{'s' if models != 1 else ''} x {steps:,} steps)"
 
 
 class _Count:
@@ -331,9 +338,9 @@ class Racing:
     ``total`` is its number of steps, all models together (None if the race refused its arguments), and
     ``steps_done`` how many of them its models have reported done."""
 
-    def __init__(self, future, workers, threads, stop, total=None):
+    def __init__(self, future, workers, threads, stop, total=None, desc="race"):
         self._future, self.workers, self.threads, self._stop = future, workers, threads, stop
-        self.total, self.steps_done = total, 0
+        self.total, self.steps_done, self.desc = total, 0, desc
 
     def _count(self, n):                     # called in the race's thread as its models report
         self.steps_done += n
@@ -345,14 +352,14 @@ class Racing:
         """Wait for the race (``TimeoutError`` after ``timeout`` seconds), then give this process its threads back.
 
         With ``progress`` the wait shows how far the race is (``helpers.progress.Bar``: in a notebook a bar
-        that ends on the quiet line "race: N steps", elsewhere tqdm on stderr). A wait that ends early (a
-        timeout, an interrupt) leaves the race running, its cores left to it and itself known to
-        ``start_race``, which stops it if started again; the bar then says how far the race had got."""
+        that ends on the quiet line "race (3 models x 1,500 steps): 4,500 steps", elsewhere tqdm on stderr). A
+        wait that ends early (a timeout, an interrupt) leaves the race running, its cores left to it and itself
+        known to ``start_race``, which stops it if started again; the bar then says how far the race had got."""
         flag(progress, "progress")
         if timeout is not None and finite_float(timeout, "timeout") < 0:
             raise ValueError(f"timeout must be >= 0 seconds (or None: no limit), got {timeout!r}")
         end = None if timeout is None else time.monotonic() + timeout
-        bar = Bar(self.total or 1, desc="race", disable=not progress or self.total is None)
+        bar = Bar(self.total or 1, desc=self.desc, disable=not progress or self.total is None)
         succeeded = False
         try:
             while not self._future.done():
@@ -405,12 +412,14 @@ def start_race(setup=None, leave_cores=True, **kw):
     except (TypeError, ValueError):                   # race refuses them too, and says so through the future
         names, workers = (), 0
     try:
-        total = len(names) * _setup(setup, names).steps if names else None
+        steps = _setup(setup, names).steps if names else None
     except (TypeError, ValueError):
-        total = None
+        steps = None
+    total = None if steps is None else len(names) * steps
+    desc = "race" if steps is None else _desc(len(names), steps)
     stop = threading.Event()
     pool = ThreadPoolExecutor(1, thread_name_prefix="race")
-    racing = Racing(None, workers, torch.get_num_threads(), stop, total)
+    racing = Racing(None, workers, torch.get_num_threads(), stop, total, desc)
     racing._future = pool.submit(race, setup=setup, progress=False, stop=stop, on_steps=racing._count, **kw)
     pool.shutdown(wait=False)             # the thread ends with the race
     _RACING.append(racing)

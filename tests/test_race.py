@@ -396,11 +396,13 @@ def test_in_a_notebook_the_races_bar_is_a_display_that_ends_on_its_quiet_line(no
     """Issue 31: race's tqdm bar went to stderr, a pink band under the cell in a notebook."""
     for workers in (0, 1):
         race(("RNN",), SMALL, workers=workers)
-    assert [repr(h.objects[0]) for h in notebook] == [repr(h.objects[-1]) for h in notebook] == ["race: 4 steps"] * 2
+    quiet = "race (1 model x 4 steps): 4 steps"                         # its total, as what it adds up
+    assert race_module._desc(3, 1500) == "race (3 models x 1,500 steps)"     # 9.4's race: 3 x 1,500, not "4,500"
+    assert [repr(h.objects[0]) for h in notebook] == [repr(h.objects[-1]) for h in notebook] == [quiet] * 2
     assert capsys.readouterr() == ("", "")
     with pytest.raises(RuntimeError, match="training GRU failed"):
         race(("GRU",), SMALL, workers=0, run=fail)
-    assert repr(notebook[-1].objects[-1]) == "race: step 0 of 4"          # a race that failed says how far it got
+    assert repr(notebook[-1].objects[-1]) == "race (1 model x 4 steps): step 0 of 4"    # a failed race: how far it got
     counted = []
     race(("RNN", "GRU"), SMALL, workers=2, progress=False, on_steps=counted.append)
     assert sum(counted) == 2 * SMALL.steps and len(notebook) == 3
@@ -415,13 +417,13 @@ def test_waiting_for_a_race_shows_how_far_it_is_and_ends_on_a_quiet_line(noteboo
     assert racing.total == 400
     with pytest.raises(concurrent.futures.TimeoutError):
         racing.result(timeout=0.2)                          # the wait stopped early: the line says how far
-    assert repr(notebook[0].objects[-1]).startswith("race: step ")
+    assert repr(notebook[0].objects[-1]).startswith("race (1 model x 400 steps): step ")
     results = racing.result(timeout=120)
     assert list(results) == ["RNN"] and racing.steps_done == 400
-    assert repr(notebook[1].objects[0]) == repr(notebook[1].objects[-1]) == "race: 400 steps"
-    assert all(repr(s).startswith("race: step ") for s in notebook[1].objects[1:-1])
+    assert repr(notebook[1].objects[0]) == repr(notebook[1].objects[-1]) == "race (1 model x 400 steps): 400 steps"
+    assert all(repr(s).startswith("race (1 model x 400 steps): step ") for s in notebook[1].objects[1:-1])
     racing.result(timeout=120)                              # collected again: the same line at once
-    assert [repr(s) for s in notebook[2].objects] == ["race: 400 steps"] * 2
+    assert [repr(s) for s in notebook[2].objects] == ["race (1 model x 400 steps): 400 steps"] * 2
     quiet = start_race(SMALL, names=("RNN",), workers=0)
     quiet.result(timeout=120, progress=False)
     assert len(notebook) == 3 and capsys.readouterr().err == ""
