@@ -286,13 +286,17 @@ def matmul_reference(d=64, dtype=torch.float32):
     return f"reference: (T x {d}) @ ({d} x T)", torch.matmul, inputs
 
 
+# How a passing verdict begins: what the reader is assured of, then the rules kept (``Timings.verdict``).
+SOUND = "the timings are sound: "
+
+
 class Timings:
     """What ``timings`` measured: per method and size a ``torch.utils.benchmark.Measurement`` (its median
     and IQR), the counted FLOPs, and the verdict. ``str()`` is the whole report, the protocol's verdict
     included; ``table()`` is what a reader is shown, the times (and rates) alone, and the verdict goes in
-    the check cell below it (section 9.5: ``print(t.verdict())`` inside ``helpers.verify``), where
-    tests/test_timings.py reads it back beside the table. ``where``: the device, in words ("the CPU", or
-    the GPU's name)."""
+    the check cell below it (section 9.5: ``print(t.verdict())`` inside ``helpers.verify``, and a failed
+    check when ``broken()`` is not empty), where tests/test_timings.py reads it back beside the table.
+    ``where``: the device, in words ("the CPU", or the GPU's name)."""
 
     def __init__(self, sizes, names, measurements, flops, reference, rules, attempt, attempts, size_name, grows,
                  where="the CPU"):
@@ -366,18 +370,23 @@ class Timings:
         return growth + self.disturbances()
 
     def rules_text(self):
+        """The rules a sound measurement keeps, in a reader's words (the same rules ``broken`` applies)."""
         which = "every method" if set(self.grows) == set(self.names) else ", ".join(self.grows)
-        margin = self.rules["margin"]
+        s, margin = self.size_name, self.rules["margin"]
         return ", ".join(
-            ([f"time grows with {self.size_name} for {which} (x{self.rules['growth']:g} at least from the first size"
-              " to the last, at each step beyond the quartiles)"] if self.grows and len(self.sizes) > 1 else [])
-            + ([f"none above the reference's best FLOP rate by more than {margin:.0%}"] if self.reference else [])
-            + [f"spread (IQR / median) at most {self.rules['spread']:.0%}"])    # (one size: no growth to judge)
+            ([f"time grows with {s} for {which} (at least {self.rules['growth']:g} times from the first {s} to the"
+              " last, and at each step by more than the repeats scatter)"] if self.grows and len(self.sizes) > 1 else [])
+            + ([f"no method's counted FLOPs per second beat the reference product's best by more than {margin:.0%}"]
+               if self.reference else [])
+            + [f"repeats agree within {self.rules['spread']:.0%} (IQR / median)"])    # (one size: no growth to judge)
 
     def verdict(self):
+        """The protocol's verdict, one line. Passed: what the timings keep (``SOUND``, then the rules), without
+        the attempt that passed (``attempt``). Failed: after how many measurements, which rules broke, and why
+        (or whether) measuring again may help."""
         rules, broken = self.rules_text(), self.broken()
         if not broken:
-            return f"verdict: passed, measurement {self.attempt} of at most {self.attempts}: {rules}"
+            return f"{SOUND}{rules}"
         s = "" if self.attempt == 1 else "s"
         head = f"verdict: FAILED after {self.attempt} measurement{s}: {'; '.join(broken)} (rules: {rules})."
         if not any(self.growth_problems(name) for name in self.grows if len(self.sizes) > 1):
@@ -406,7 +415,10 @@ class Timings:
 
     def __str__(self):
         title = f"time per call: median of {self.rules['rounds']} interleaved rounds on 1 thread, ms (IQR / median)"
-        return "\n".join([title, *self._rows(), self.verdict()])
+        verdict = self.verdict()
+        if not self.broken():                  # the whole report also says which measurement passed
+            verdict += f" (measurement {self.attempt} of at most {self.attempts})"
+        return "\n".join([title, *self._rows(), verdict])
 
 
 def _block(fn, args, number, device):
@@ -457,14 +469,15 @@ def timings(methods, sizes, inputs, reference=None, rounds=5, block=0.005, margi
       (over the sizes) by more than ``margin`` (the reference is what this machine does on this shape:
       more is a broken measurement), and every IQR is at most ``spread`` of its median;
     - a measurement is repeated only when its time grew and it was disturbed, that is when only a spread or
-      a rate broke its rule, up to ``attempts`` measurements in all; the report says which measurement
-      passed, or that the last one failed and why. A measurement whose time did not grow is final: a
-      repeat never gives a failed growth rule a second chance, so a series passes it only if every
-      measurement taken grew (before, a repeat after a failed growth rule gave a time that does not
-      depend on the size a new chance: it passed in 13 or 14 of 20 runs with three attempts, 5 to 10
-      with one). ``attempts`` defaults to 3, or to the environment's ``BOOK_TIMING_ATTEMPTS``: ``make
-      guarantees`` sets 1, since it runs two notebooks at once, where a verdict means nothing and its
-      timings are not compared (tests/test_chapter.py).
+      a rate broke its rule, up to ``attempts`` measurements in all; a passing verdict says what the
+      timings keep (``Timings.attempt`` says which measurement passed), a failing one that the last
+      failed and why. A measurement whose time did not grow is final: a repeat never gives a failed
+      growth rule a second chance, so a series passes it only if every measurement taken grew (before,
+      a repeat after a failed growth rule gave a time that does not depend on the size a new chance: it
+      passed in 13 or 14 of 20 runs with three attempts, 5 to 10 with one). ``attempts`` defaults to 3,
+      or to the environment's ``BOOK_TIMING_ATTEMPTS``: ``make guarantees`` sets 1, since it runs two
+      notebooks at once, where a verdict means nothing and its timings are not compared
+      (tests/test_chapter.py).
 
     On a GPU (``device`` CUDA), a call at small sizes costs its kernel launches and Python's dispatch,
     some microseconds each whatever the size: the time is flat there, and the growth rule refuses it,

@@ -25,7 +25,7 @@ import pytest
 import torch
 from torch.utils.benchmark import Measurement, TaskSpec
 
-from helpers.measure import Timings
+from helpers.measure import SOUND, Timings
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -34,10 +34,11 @@ TABLE = re.compile(r"^time per call on .+, ms: median of (\d+) rounds \(IQR / me
 RATES = "counted FLOPs per second, as a fraction of the reference's best"
 CELL = re.compile(r"\s+([0-9.e+-]+) \(\s*(\d+)%\)")
 RATE_ROW = re.compile(r"^[^%]+?(?:\s+\d+%)+$")                  # a name, then only percentages
-VERDICT = re.compile(r"^verdict: (passed|FAILED)")
-GROWS = re.compile(r"time grows with (\S+) for (.+?) \(x([0-9.]+) at least from the first size to the last")
+# A verdict line: passed (Timings.verdict: SOUND, then the rules kept), or failed.
+VERDICT = re.compile(r"^(?:" + re.escape(SOUND) + r"|verdict: FAILED)")
+GROWS = re.compile(r"time grows with (\S+) for (.+?) \(at least ([0-9.]+) times from the first \S+ to the last")
 MARGIN = re.compile(r"by more than (\d+)%")
-BOUND = re.compile(r"spread \(IQR / median\) at most (\d+)%")
+BOUND = re.compile(r"repeats agree within (\d+)% \(IQR / median\)")
 # A time shown on its own, outside a report: a number with a unit of time.
 A_TIME = re.compile(r"\d(?:\.\d+)?\s*(?:ms|µs|us|s|seconds)\b")
 # Durations shown that are not measurements of a method's speed, and the reason.
@@ -70,7 +71,7 @@ def reports(text):
             waiting.append(lines[i:end])
             i = end
             continue
-        if lines[i].startswith("verdict:") and waiting:
+        if VERDICT.match(lines[i]) and waiting:
             found.append([*waiting.pop(0), lines[i]])
         i += 1
     return found + [[*table, "verdict: missing"] for table in waiting]
@@ -80,7 +81,7 @@ def problems(report):
     """The rules a printed report breaks, read from its numbers."""
     found = []
     verdict = report[-1]
-    if not VERDICT.match(verdict) or not verdict.startswith("verdict: passed"):
+    if not verdict.startswith(SOUND):
         found.append(f"the verdict is not passed: {verdict}")
     grows, margin, bound = GROWS.search(verdict), MARGIN.search(verdict), BOUND.search(verdict)
     if not (grows and bound):
@@ -152,7 +153,7 @@ def test_a_table_takes_its_verdict_from_the_check_cell_below():
     (helpers.verify, indented), paired in order; a table left without a verdict is refused."""
     cpu = made_up({"a": [1e-3, 4e-3, 16e-3]}, reference="ref", rate_of=[0.5e-3, 2e-3, 8e-3])
     gpu = made_up({"a": [1e-3, 4e-3, 16e-3]})
-    check = f"✓ the timings above: 4 checks hold\n  {cpu.verdict()}\n  rules broken: []\n  {gpu.verdict()}\n"
+    check = f"✓ the timings above: 2 checks hold\n  {cpu.verdict()}\n  {gpu.verdict()}\n"
     text = f"{cpu.table()}\ngrowth exponent: a 2.0\n{gpu.table()}\n" + check
     found = reports(text)
     assert [r[-1] for r in found] == [cpu.verdict(), gpu.verdict()]
@@ -191,7 +192,7 @@ def test_a_flat_series_is_refused_from_its_numbers():
     flat = made_up({"a": [1.00e-3, 1.05e-3, 1.10e-3]})
     [report] = reports(str(flat))
     assert flat.broken() and report[-1].startswith("verdict: FAILED")
-    passed = [*report[:-1], report[-1].replace("verdict: FAILED after 1 measurement: ", "verdict: passed, ")]
+    passed = [*report[:-1], report[-1].replace("verdict: FAILED after 1 measurement: ", SOUND)]
     assert any("grows less than 1.5 times" in p for p in problems(passed)), problems(passed)
 
 
@@ -205,7 +206,7 @@ def test_the_disturbed_runs_of_issue_21_are_refused():
         assert t.broken(), str(t)
         assert report[-1].startswith("verdict: FAILED")
         assert any(words in p for p in problems(report)), problems(report)
-        passed = [*report[:-1], report[-1].replace("verdict: FAILED after 1 measurement: ", "verdict: passed, ")]
+        passed = [*report[:-1], report[-1].replace("verdict: FAILED after 1 measurement: ", SOUND)]
         assert any(words in p for p in problems(passed)), "the numbers are checked, not only the verdict"
 
 
