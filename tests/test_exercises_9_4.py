@@ -158,6 +158,226 @@ def _torch_layer(batch, vocab, T, d=32):
     return model
 
 
+# A students' review (9.4.1, 9.4.3): mistakes that got no hint of their own, and right answers unlike the reference.
+def _rms_averaged(blocks, x, dims):
+    """Wrong: the RMS over ``dims`` (the features of each token, or each sequence's entries), then averaged."""
+    out = []
+    for block in blocks:
+        x = block(x)
+        out.append(x.pow(2).mean(dim=dims).sqrt().mean())
+    return torch.stack(out)
+
+
+def _rms_population_std(blocks, x):
+    """Wrong: the standard deviation with unbiased=False, not the RMS."""
+    out = []
+    for block in blocks:
+        x = block(x)
+        out.append(x.std(unbiased=False))
+    return torch.stack(out)
+
+
+def _rms_linalg(blocks, x):
+    """Right: the vector norm over sqrt(numel), in float64, the blocks by index."""
+    import math
+    out = torch.empty(len(blocks), dtype=torch.float64)
+    with torch.no_grad():
+        for i in range(len(blocks)):
+            x = blocks[i](x)
+            out[i] = torch.linalg.vector_norm(x.double()) / math.sqrt(x.numel())
+    return out
+
+
+def _rms_einsum(blocks, x):
+    """Right: einsum of the stream with itself, float() of a tensor that requires grad, torch.tensor of floats."""
+    values = []
+    for block in blocks:
+        x = block(x)
+        values.append(float(torch.einsum("btd,btd->", x, x) / x.numel()) ** 0.5)
+    return torch.tensor(values)
+
+
+def _rms_hooks(blocks, x):
+    """Right: forward hooks on each block record the stream while the whole stack runs."""
+    seen = []
+    hooks = [b.register_forward_hook(lambda m, i, o: seen.append(o.detach().square().mean().sqrt())) for b in blocks]
+    try:
+        blocks(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return torch.stack(seen)
+
+
+def _smoothed_mean_all(z, t, eps):
+    """Wrong: the mean over all N * V entries, not a sum over the classes and a mean over the rows."""
+    q = (1 - eps) * torch.nn.functional.one_hot(t, z.shape[-1]) + eps / z.shape[-1]
+    return -(q * torch.log_softmax(z, -1)).mean()
+
+
+def _smoothed_logsumexp(z, t, eps):
+    """Right: log Z minus the smoothed mean logit."""
+    true = z.gather(1, t[:, None]).squeeze(1)
+    return (torch.logsumexp(z, -1) - (1 - eps) * true - eps * z.mean(-1)).mean()
+
+
+def _smoothed_python(z, t, eps):
+    """Right: Python loops and math."""
+    import math
+    N, V = z.shape
+    total = 0.0
+    for n in range(N):
+        row = z[n].tolist()
+        top = max(row)
+        lse = top + math.log(sum(math.exp(v - top) for v in row))
+        for j in range(V):
+            total -= ((1 - eps) * (j == int(t[n])) + eps / V) * (row[j] - lse)
+    return total / N
+
+
+def _smoothed_scatter(z, t, eps):
+    """Right: the targets scattered, in float32, returned as a NumPy number."""
+    z = z.float()
+    q = torch.full_like(z, eps / z.shape[-1]).scatter_add(1, t[:, None], torch.full((len(t), 1), 1 - eps))
+    return (-(q * z.log_softmax(-1)).sum(-1).mean()).numpy()
+
+
+# A students' review (9.4.5): a block of nn.MultiheadAttention, trained with its mistakes, and hand-written lookups.
+class _Tiny(torch.nn.Module):
+    """Token and learned position embeddings, one pre-norm block of nn.MultiheadAttention given ``mask(t)``."""
+
+    def __init__(self, vocab, T, mask, d=32, dropout=0.0):
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(vocab, d), torch.nn.Embedding(T, d)
+        self.ln1, self.ln2, self.ln = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.mha = torch.nn.MultiheadAttention(d, 2, batch_first=True, dropout=dropout)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
+        self.out = torch.nn.Linear(d, vocab)
+        self.mask = mask
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t))
+        a = self.ln1(x)
+        x = x + self.mha(a, a, a, attn_mask=self.mask(t), need_weights=False)[0]
+        x = x + self.mlp(self.ln2(x))
+        return self.out(self.ln(x))
+
+
+def _hidden_after(t):
+    """nn.MultiheadAttention's causal mask: True where a key is hidden, the later positions."""
+    return torch.ones(t, t, dtype=torch.bool).triu(1)
+
+
+def _fit_tiny(model, batch, steps=300, shift=1):
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(steps):
+        x = batch()
+        logits = model(x[:, :-shift])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, shift:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+def _mask_inverted(batch, vocab, T):
+    """Wrong: SDPA's mask, True where a key may be seen, given to nn.MultiheadAttention, where True hides: the last
+    position then sees no key and gives NaN (in eval mode), the others read ahead."""
+    return _fit_tiny(_Tiny(vocab, T, lambda t: ~_hidden_after(t)), batch)
+
+
+def _dropout_closure(batch, vocab, T):
+    """Wrong: causal and trained with dropout, returned as a function around the module left in train mode."""
+    model = _fit_tiny(_Tiny(vocab, T, _hidden_after, dropout=0.1), batch)
+    return lambda idx: model(idx)
+
+
+def _dropout_module(batch, vocab, T):
+    """Right: the same, the module itself returned (the check puts it in eval mode)."""
+    return _fit_tiny(_Tiny(vocab, T, _hidden_after, dropout=0.1), batch)
+
+
+def _two_ahead(batch, vocab, T):
+    """Wrong: trained against the token two ahead, not the next one."""
+    return _fit_tiny(_Tiny(vocab, T, _hidden_after), batch, shift=2)
+
+
+def _own_decoder(batch, vocab, T):
+    """Right: a block of its own with is_causal SDPA, sinusoidal positions (a buffer), AdamW, the loss on the reversed
+    half only."""
+    d, H, n = 48, 4, (T - 1) // 2
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = torch.nn.Embedding(vocab, d)
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.n1, self.n2, self.n3 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.ReLU(), torch.nn.Linear(2 * d, d))
+            self.head = torch.nn.Linear(d, vocab)
+            pos = torch.arange(64)[:, None] / 10000 ** (torch.arange(0, d, 2) / d)
+            self.register_buffer("pe", torch.stack([pos.sin(), pos.cos()], -1).flatten(1))
+
+        def forward(self, idx):
+            B, t = idx.shape
+            x = self.tok(idx) + self.pe[:t]
+            q, k, v = self.qkv(self.n1(x)).view(B, t, 3, H, d // H).permute(2, 0, 3, 1, 4)
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(B, t, d))
+            x = x + self.mlp(self.n2(x))
+            return self.head(self.n3(x))
+
+    model = Decoder()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    for _ in range(300):
+        x = batch()
+        loss = torch.nn.functional.cross_entropy(model(x[:, :-1])[:, n:].transpose(1, 2), x[:, n + 1:])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+def _lookup_scaled(batch, vocab, T):
+    """Wrong: the reversal hard-coded, its logits multiplied by an nn.Parameter, so that they require a gradient."""
+    n = (T - 1) // 2
+    scale = torch.nn.Parameter(torch.tensor(30.0))
+
+    def model(idx):
+        B, t = idx.shape
+        logits = torch.zeros(B, t, vocab)
+        for j in range(n, t):
+            logits[torch.arange(B), j, idx[:, 2 * n - 1 - j]] = 1.0
+        return logits * scale
+    return model
+
+
+def _lookup_scaled_per_token(batch, vocab, T):
+    """Wrong: the same with a scale per token, an nn.Module whose parameters are those scales."""
+    n = (T - 1) // 2
+
+    class Lookup(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.full((vocab,), 30.0) + torch.rand(vocab))
+
+        def forward(self, idx):
+            B, t = idx.shape
+            logits = torch.zeros(B, t, vocab)
+            for j in range(n, t):
+                logits[torch.arange(B), j, idx[:, 2 * n - 1 - j]] = 1.0
+            return logits * self.scale
+    return Lookup()
+
+
+def _lookup_after_backward(batch, vocab, T):
+    """Wrong: the reversal hard-coded, after one meaningless backward() to look trained."""
+    w = torch.zeros(1, requires_grad=True)
+    (w * 1.0).sum().backward()
+    return _lookup(batch, vocab, T)
+
+
 # Wrong answers: for each exercise, (the mistake, a piece of the hint that must name it).
 WRONG = {
     "9.4.2": [
@@ -207,6 +427,10 @@ STUDENTS = {
         (lambda z, t, eps: f"{torch.nn.functional.cross_entropy(z, t):.4f}", "should be a number, got str"),
         (_one_hot_unsized, "give it num_classes"),
         (_kl_plus_entropy, None),
+        (_smoothed_mean_all, "Average over examples, not over every class entry"),
+        (_smoothed_logsumexp, None),
+        (_smoothed_python, None),
+        (_smoothed_scatter, None),
     ],
 }
 
@@ -222,6 +446,9 @@ NEW_WRONG = {
         (lambda blocks, x: _rms(blocks, x, as_list=True), "return a tensor"),
         (lambda blocks, x: _rms(blocks, x, in_place=True), "changed its input x"),
         (lambda blocks, x: _rms(blocks, x, inputs=True)[:-1], "not before it"),
+        (lambda blocks, x: _rms_averaged(blocks, x, -1), "an average of roots"),             # per token
+        (lambda blocks, x: _rms_averaged(blocks, x, (1, 2)), "an average of roots"),         # per sequence
+        (_rms_population_std, "does not subtract the mean"),
     ],
     "9.4.5": [
         (_reverser(steps=0), "the model has not learned"),                              # no training
@@ -237,8 +464,9 @@ NEW_WRONG = {
 
 
 RIGHT = {
-    "9.4.1": [_rms_float64, lambda blocks, x: torch.tensor([v for v in _rms(blocks, x, as_list=True)])],
-    "9.4.5": [_torch_layer, _wider, _reverser(returns="no_grad")],
+    "9.4.1": [_rms_float64, lambda blocks, x: torch.tensor([v for v in _rms(blocks, x, as_list=True)]), _rms_linalg,
+              _rms_einsum, _rms_hooks],
+    "9.4.5": [_torch_layer, _wider, _reverser(returns="no_grad"), _dropout_module, _own_decoder],
 }
 
 
@@ -414,10 +642,46 @@ def test_9_4_5_a_model_for_one_length_only_fails_every_check():
 def test_9_4_5_a_hard_coded_reversal_fails_every_check_and_trained_models_pass():
     """A lookup that reads each answer from the earlier tokens, with no model and no training, passed every check.
     A model trained and returned under torch.no_grad (its logits need no gradient) still passes."""
-    fails_on_every_seed("9.4.5", _lookup, "computed no gradient while it ran", seeds=range(5))
+    fails_on_every_seed("9.4.5", _lookup, "depend on no parameters", seeds=range(5))
     for seed in range(5):
         ok, message = verdict("9.4.5", _reverser(returns="no_grad"), seed=seed)
         assert ok, (seed, message)
+
+
+# A students' review: a guard a lookup got past, and messages that blamed the wrong thing ---------------------------
+
+def test_9_4_5_a_lookup_dressed_as_trained_fails_every_check():
+    """D4: the hard-coded reversal passed the guard when its logits were multiplied by an nn.Parameter (they then
+    require a gradient), or after one meaningless backward(). What a model does must now come from its parameters:
+    shuffling the entries of each of them must undo the reversal."""
+    for answer in (_lookup_scaled, _lookup_scaled_per_token, _lookup_after_backward):
+        fails_on_every_seed("9.4.5", answer, "Train a model", seeds=range(20))
+
+
+def test_9_4_5_a_mask_that_hides_every_key_of_a_position_is_told_so():
+    """D6: SDPA's mask (True where a key may be seen) given to nn.MultiheadAttention (True where hidden) leaves the
+    last position no key: NaN there alone, which was blamed on a diverging training."""
+    fails_on_every_seed("9.4.5", _mask_inverted, "every key is hidden", seeds=range(5))
+    for seed in range(2):
+        ok, message = verdict("9.4.5", _mask_inverted, seed=seed)
+        assert "diverge" not in message, message
+
+
+def test_9_4_5_dropout_left_active_is_told_so():
+    """D7: a causal model returned inside a function, its dropout active, was told that it reads ahead."""
+    fails_on_every_seed("9.4.5", _dropout_closure, "dropout or another random layer is active", seeds=range(5))
+    for seed in range(2):
+        ok, message = verdict("9.4.5", _dropout_closure, seed=seed)
+        assert "reads ahead" not in message, message
+
+
+def test_9_4_5_targets_two_ahead_are_told_so():
+    """D8: trained against the token two ahead, a model's loss is far above a uniform guess's; it was told that it
+    had not learned."""
+    fails_on_every_seed("9.4.5", _two_ahead, "shifted by one", seeds=range(5))
+    for seed in range(2):
+        ok, message = verdict("9.4.5", _two_ahead, seed=seed)
+        assert "has not learned" not in message, message
 
 
 def test_9_4_2_says_what_it_checked_not_how_the_gradient_was_found():

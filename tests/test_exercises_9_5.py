@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from exercises_common import (
     connect,
+    fails_on_every_seed,
     section_tests,
 )
 
@@ -301,6 +302,77 @@ def _connect_numpy(pattern):
     return math.inf
 
 
+def _connect_counts(pattern):
+    """Wrong (a students' review): the number of paths in int64, R = R @ P. The counts grow like (2 r + 1)^L and wrap
+    past 9.2e18, at T = 64 already for a band of r = 2, and the notebook's next cell printed inf there; the checks'
+    patterns, of 20 tokens at most, never overflowed it."""
+    P = pattern.long()
+    R = P.clone()
+    for n in range(1, pattern.shape[0] + 1):
+        if (R > 0).all():
+            return n
+        R = R @ P
+    return math.inf
+
+
+def _connect_boolean(pattern):
+    """Right (a students' review): boolean reachability with any and all, no product of counts."""
+    reach = pattern.clone()
+    for n in range(1, pattern.shape[0] + 1):
+        if reach.all():
+            return n
+        reach = (reach[:, :, None] & pattern[None, :, :]).any(1)
+    return math.inf
+
+
+def _connect_bfs_lists(pattern):
+    """Right (a students' review): the longest shortest path by breadth-first search over Python lists."""
+    T = pattern.shape[0]
+    adjacent = [[j for j in range(T) if pattern[i, j]] for i in range(T)]
+    worst = 0
+    for start in range(T):
+        dist, frontier = {start: 0}, [start]
+        while frontier:
+            following = []
+            for u in frontier:
+                for v in adjacent[u]:
+                    if v not in dist:
+                        dist[v] = dist[u] + 1
+                        following.append(v)
+            frontier = following
+        if len(dist) < T:
+            return float("inf")
+        worst = max(worst, max(dist.values()))
+    return max(worst, 1)
+
+
+def _merge_output(a, b):
+    """Wrong (a students' review): the attention output acc / l returned in place of the state's acc."""
+    (m_a, l_a, acc_a), (m_b, l_b, acc_b) = a, b
+    m = torch.maximum(m_a, m_b)
+    shift = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    r_a, r_b = torch.exp(m_a - shift), torch.exp(m_b - shift)
+    l_ = l_a * r_a + l_b * r_b
+    acc = acc_a * r_a + acc_b * r_b
+    return m, l_, torch.where(l_ > 0, acc / l_, torch.zeros_like(acc))
+
+
+def _merge_nan_to_num(a, b):
+    """Right (a students' review): Appendix C's merge, its NaN (where neither tile saw a key) replaced by 0."""
+    m = torch.maximum(a[0], b[0])
+    r_a, r_b = torch.exp(a[0] - m), torch.exp(b[0] - m)
+    return m, (a[1] * r_a + b[1] * r_b).nan_to_num(0.0), (a[2] * r_a + b[2] * r_b).nan_to_num(0.0)
+
+
+def _merge_masked_float32(a, b):
+    """Right (a students' review): in float32, each factor zeroed where its tile saw nothing."""
+    (m_a, l_a, acc_a), (m_b, l_b, acc_b) = [tuple(t.float() for t in s) for s in (a, b)]
+    m = torch.maximum(m_a, m_b)
+    r_a = torch.exp(m_a - m).masked_fill(torch.isinf(m_a), 0.0)
+    r_b = torch.exp(m_b - m).masked_fill(torch.isinf(m_b), 0.0)
+    return m, l_a * r_a + l_b * r_b, acc_a * r_a + acc_b * r_b
+
+
 # Wrong answers: for each exercise, (the mistake, a piece of the hint that must name it).
 WRONG = {
     "9.5.1": [
@@ -339,6 +411,9 @@ STUDENTS = {
         (lambda a, b: (torch.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]), "Rescale each tile's normalizer l"),
         (lambda a, b: {"m": torch.maximum(a[0], b[0])}, "return a tuple (m, l, acc)"),
         (lambda a, b: (torch.maximum(a[0], b[0]).squeeze(-1),) + _merge_logaddexp(a, b)[1:], "should have shape"),
+        (_merge_nan_to_num, None),
+        (_merge_masked_float32, None),
+        (_merge_output, "the state keeps the unnormalized acc"),
     ],
     "9.5.2": [
         (_context_floats, None),
@@ -388,7 +463,7 @@ NEW_WRONG = {
 
 
 RIGHT = {
-    "9.5.3": [_connect_bfs, _connect_numpy, _connect_floyd],
+    "9.5.3": [_connect_bfs, _connect_numpy, _connect_floyd, _connect_boolean, _connect_bfs_lists],
     "9.5.5": [_window_circular, _window_unrotated, _window_float64, _window(keep="window-1"), _window_deque,
               _window_tokens],
 }
@@ -526,3 +601,16 @@ def test_9_5_3_a_symmetrized_pattern_is_rejected():
             r = (r.float() @ p.float()) > 0
         return math.inf
     assert not any(verdict("9.5.3", layers)[0] for _ in range(5))
+
+
+# A students' review: an answer whose overflow no check reached, and a hint that named nothing -----------------------
+
+def test_9_5_3_path_counts_that_overflow_fail_every_check():
+    """D3: counting paths in int64 passed every check (20 tokens at most) and printed inf in the notebook's next cell
+    for a band of r = 2 at T = 64. Every check now holds such a band at T >= 64, and says the counts overflow."""
+    fails_on_every_seed("9.5.3", _connect_counts, "overflow", seeds=range(25))
+
+
+def test_9_5_1_the_output_in_place_of_the_state_is_told_so():
+    """A merge that returned acc / l, the attention output, got the hint about rescaling."""
+    fails_on_every_seed("9.5.1", _merge_output, "the state keeps the unnormalized acc", seeds=range(20))

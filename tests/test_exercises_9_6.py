@@ -256,6 +256,43 @@ def _vit_epochs(images, labels):
     return model.eval()
 
 
+class _Detector(torch.nn.Module):
+    """Wrong (a students' review): no model trained, a detector written by hand: the quadrant whose brightest 3 x 3
+    box is brightest. Right on nearly every new image, it passed; ``scale``: its logits multiplied by an
+    nn.Parameter, a parameter that changes no answer."""
+
+    def __init__(self, scale=False):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(10.0)) if scale else 10.0
+
+    def forward(self, images):
+        bright = images.sum(1, keepdim=True)
+        box = torch.nn.functional.avg_pool2d(bright, 3, stride=1, padding=1)[:, 0]
+        return self.scale * box.unflatten(1, (2, 8)).unflatten(3, (2, 8)).amax((2, 4)).flatten(1)
+
+
+def _cnn_pooled(images, labels):
+    """Right (a students' review): a small CNN with max pooling, not a ViT."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveMaxPool2d(2),
+                                torch.nn.Flatten(), torch.nn.Linear(64, 4))
+    return s9_6.fit(model, images, labels, steps=300, lr=3e-3)
+
+
+def _vit_data_loader(images, labels):
+    """Right (a students' review): the ViT with 8 x 8 patches and two heads, trained in epochs with a DataLoader."""
+    model = _notebook()["ViT"](image=16, P=8, d=32, heads=2, layers=1, classes=4)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, labels), batch_size=64, shuffle=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(8):
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return model.eval()
+
+
 # Wrong answers to the exercises added later: each tried several times, each must get its hint.
 NEW_WRONG = {
     "9.6.5": [
@@ -270,7 +307,7 @@ NEW_WRONG = {
     ],
 }
 
-RIGHT = {"9.6.5": [_cnn, _vit_epochs]}
+RIGHT = {"9.6.5": [_cnn, _vit_epochs, _cnn_pooled, _vit_data_loader]}
 
 
 # The tests every section runs (exercises_common.py) ---------------------------------------------------------------
@@ -431,3 +468,11 @@ def test_9_6_5_the_experiments_baseline_is_the_notebooks_model(monkeypatch):
     assert not model.pos.requires_grad and not model.pos.any()
     assert model.state_dict().keys() == before.state_dict().keys()
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), before.state_dict().values(), strict=True))
+
+
+def test_9_6_5_a_detector_written_by_hand_fails_every_check():
+    """D5: a detector written by hand, with no parameter or with one that changes no answer, passed ("Your model,
+    trained on 2,048 images ..."). What the model does must come from parameters: shuffling the entries of each
+    must undo it."""
+    for answer in (lambda images, labels: _Detector(), lambda images, labels: _Detector(scale=True)):
+        fails_on_every_seed("9.6.5", answer, "the exercise asks you to train a model", seeds=range(20))

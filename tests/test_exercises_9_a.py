@@ -16,6 +16,7 @@ import torch
 from exercises_common import (
     NOTEBOOKS,
     exercise_cells,
+    fails_on_every_seed,
     hidden,
     section_tests,
     slope,
@@ -164,9 +165,67 @@ NEW_WRONG = {
 }
 
 
+def _temperature_unshifted64(s, tau):
+    """Right in exact arithmetic, in float64 (the appendix's default dtype) without the largest score taken off: it
+    overflowed on some draws of the saturated case and not on others (a students' review: 5 draws in 20 passed), and
+    printed NaN in the experiment at tau = 1/100."""
+    e = torch.exp(s / tau)
+    p = e / e.sum()
+    return (torch.diag(p) - torch.outer(p, p)) / tau
+
+
+def _temperature_log_softmax(s, tau):
+    """Right (a students' review): from log_softmax, exp and broadcasting."""
+    p = torch.log_softmax(s / tau, -1).exp()
+    return (p[:, None] * (torch.eye(s.numel(), dtype=s.dtype) - p[None, :])) / tau
+
+
+def _temperature_python(s, tau):
+    """Right (a students' review): Python loops over the entries, in float32."""
+    p = torch.softmax(s.float() / tau, 0).tolist()
+    n = len(p)
+    return torch.tensor([[p[i] * ((i == j) - p[j]) / tau for j in range(n)] for i in range(n)], dtype=torch.float32)
+
+
+def _slope_parts(q, k, v, m, d_out, scale_dim=None):
+    T = q.shape[-2]
+    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
+    S = (q @ k.T / (q.shape[-1] if scale_dim is None else scale_dim) ** 0.5 - m * dist).masked_fill(dist < 0, float("-inf"))
+    P = torch.softmax(S, -1)
+    dP = d_out @ v.T
+    return dist, P, dP, P * (dP - (P * dP).sum(-1, keepdim=True))
+
+
+def _slope_values_width(q, k, v, m, d_out):
+    """Wrong (a students' review): the scores scaled by sqrt(d_v), the values' width, not sqrt(d). It passed every
+    check while v and d_out were drawn as wide as q."""
+    dist, _, _, dS = _slope_parts(q, k, v, m, d_out, scale_dim=v.shape[-1])
+    return -(dS * dist.clamp(min=0)).sum().item()
+
+
+def _slope_from_output(q, k, v, m, d_out):
+    """Right (a students' review): D from dO . O (Appendix C's identity), with einsum, in float32."""
+    q, k, v, d_out = q.float(), k.float(), v.float(), d_out.float()
+    T, d = q.shape
+    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).float()
+    S = (torch.einsum("id,jd->ij", q, k) / d ** 0.5 - m * dist).masked_fill(dist < 0, float("-inf"))
+    P = S.softmax(-1)
+    D = torch.einsum("iv,iv->i", d_out, P @ v)[:, None]
+    return float(-(P * (d_out @ v.T - D) * dist).nan_to_num(0.0).sum())
+
+
+def _slope_covariance(q, k, v, m, d_out):
+    """Right (a students' review): the gradient as a covariance of distance and dP under each row's weights."""
+    dist, P, dP, _ = _slope_parts(q, k, v, m, d_out)
+    dist = dist.clamp(min=0)
+    E_dist, E_dP = (P * dist).sum(-1, keepdim=True), (P * dP).sum(-1, keepdim=True)
+    return -(P * (dist - E_dist) * (dP - E_dP)).sum(-1).sum()
+
+
 RIGHT = {
-    "9.A.1": [_temperature_einsum, _temperature_rows, _temperature_float32],
-    "9.A.2": [_slope_loops, _slope_centred],
+    "9.A.1": [_temperature_einsum, _temperature_rows, _temperature_float32, _temperature_log_softmax,
+              _temperature_python],
+    "9.A.2": [_slope_loops, _slope_centred, _slope_from_output, _slope_covariance],
 }
 
 
@@ -197,3 +256,18 @@ def test_appendix_has_two_or_three_exercises_laid_out_as_the_sections():
     pairs = [(number, hidden(cell)) for number, _, cell in _appendix_cells()]
     assert pairs[0::2] == [(n, False) for n, _ in pairs[0::2]] and pairs[1::2] == [(n, True) for n, _ in pairs[0::2]]
     assert {n for n in EXERCISES if n.startswith("9.A.")} == {n for n, _ in pairs}
+
+
+# A students' review: verdicts that depended on the draw, and a mistake that no draw caught --------------------------
+
+def test_9_a_1_an_unshifted_exp_in_float64_fails_every_check():
+    """D2: exp(s / tau) without the largest score taken off, in float64, passed 5 draws in 20: the saturated case's
+    s / tau reached 600 to 900, and float64's exp overflows past 709. Its largest score now puts s / tau at 800 or
+    more on every draw."""
+    fails_on_every_seed("9.A.1", _temperature_unshifted64, "Subtract the largest score before exp", seeds=range(25))
+
+
+def test_9_a_2_scores_scaled_by_the_values_width_fail_every_check():
+    """D1: the scores scaled by sqrt(d_v) passed every check, as v and d_out were drawn as wide as q and k. They are
+    now drawn with another width on every check."""
+    fails_on_every_seed("9.A.2", _slope_values_width, "the width of the queries and keys", seeds=range(25))

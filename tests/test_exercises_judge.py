@@ -591,3 +591,60 @@ def test_alone_tells_a_model_whose_answers_depend_on_its_batch():
         for over_the_batch in (lambda z: layer(z).softmax(0), lambda z: layer(z) - layer(z).mean(0)):
             with pytest.raises(Wrong, match=r"example 0 run alone, a batch of one, differs .* over the batch dimension"):
                 alone(over_the_batch, (x,), over_the_batch(x), "the check", "example")
+
+
+def test_float_of_a_tensor_that_requires_grad_warns_nothing():
+    """A students' review: a right 9.4.1 answer that took float() of the stream, which requires a gradient (the blocks'
+    weights do), printed torch's warning, attributed to judge.py. The watch detaches a tensor before float() (its
+    value is the same; a Python float carries no gradient anyway)."""
+    import warnings
+
+    def answer(blocks, x):
+        values = []
+        for block in blocks:
+            x = block(x)
+            values.append(float(torch.einsum("btd,btd->", x, x) / x.numel()) ** 0.5)
+        return torch.tensor(values)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok, message = verdict("9.4.1", answer, seed=0)
+    assert ok, message
+    assert not [w for w in caught if "requires_grad=True to a scalar" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_parameters_of_finds_a_models_weights_however_it_is_returned():
+    """``parameters_of(model, *inputs)``: the tensors a model's outputs are computed from that training could set, found
+    through the autograd graph of its output and through what it holds (a module's parameters, a function's closure,
+    a function run under torch.no_grad, functools.partial); nothing for a function that holds none."""
+    import functools
+
+    from helpers.exercises.judge import parameters_of
+
+    layer = torch.nn.Linear(3, 2)
+    scale = torch.nn.Parameter(torch.tensor(2.0))
+    x = torch.randn(4, 3)
+    expected = {id(p) for p in layer.parameters()}
+
+    def closure(z):
+        return layer(z)
+    for model in (layer, closure, torch.no_grad()(closure), functools.partial(lambda z, m: m(z), m=layer),
+                  lambda z: layer(z).detach()):
+        assert {id(t) for t in parameters_of(model, x)} == expected, model
+    assert [id(t) for t in parameters_of(lambda z: z * scale, x)] == [id(scale)]
+    assert parameters_of(lambda z: z.sum(-1) * 2, x) == []
+
+
+def test_shuffled_permutes_each_tensor_and_restores_it():
+    """``shuffled(tensors, generator)`` permutes the entries of each tensor in place, and puts them back afterwards,
+    even when the body raises."""
+    from helpers.exercises.judge import shuffled
+
+    layer = torch.nn.Linear(8, 8)
+    before = [p.detach().clone() for p in layer.parameters()]
+    with shuffled(list(layer.parameters()), torch.Generator().manual_seed(0)):
+        for p, b in zip(layer.parameters(), before, strict=True):
+            assert not torch.equal(p, b) and torch.equal(p.detach().flatten().sort().values, b.flatten().sort().values)
+    assert all(torch.equal(p, b) for p, b in zip(layer.parameters(), before, strict=True))
+    with pytest.raises(ValueError), shuffled(list(layer.parameters()), torch.Generator().manual_seed(0)):
+        raise ValueError("the body raised")
+    assert all(torch.equal(p, b) for p, b in zip(layer.parameters(), before, strict=True))

@@ -78,7 +78,10 @@ an exercise forbids is caught by ``uses_keyword(answer, "label_smoothing")`` (th
 imported and its arguments passed); ``inside(f, g)`` is such a ``refuse``, for a helper the answer may not use: it
 flags every torch call made while ``f`` or ``g`` runs, under whatever name the answer called it. An open exercise,
 whose answer is a trained model, runs a few examples alone through ``alone`` and compares them with their rows in
-the batch, so that a model whose answers depend on the rest of the batch is told so.
+the batch, so that a model whose answers depend on the rest of the batch is told so. The checks of 9.4.5 and 9.6.5
+also shuffle the entries of each tensor their model is computed from (``parameters_of``, ``shuffled``), so that a
+model written by hand, whose work does not live in its parameters (it has none, or a scale the same in every entry),
+is told that it was not trained.
 An answer given as None or ``...`` (a value exercise's untouched starter) is not attempted, as before; an
 exercise number that is not a string is a TypeError, an unknown one a ValueError.
 
@@ -92,6 +95,7 @@ import contextlib
 import copy
 import decimal
 import dis
+import functools
 import inspect
 import math
 import numbers
@@ -103,6 +107,7 @@ import textwrap
 import threading
 import time
 import traceback
+import types
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -558,6 +563,7 @@ def _half(dtype):
 
 # Operations that take matrices only: used on a batch they raise, or (.T) reverse every dimension.
 _T = torch.Tensor.T.__get__
+_FLOAT = torch.Tensor.__float__
 
 
 def _flat(func, args):
@@ -629,6 +635,10 @@ class Watch(TorchFunctionMode):
         if self.refuse is not None and self.refuse(func, args, kwargs):
             self.refused = True
             raise _Forbidden(self.why)
+        if func is _FLOAT and args and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
+            # float() of a tensor that requires a gradient (a stream computed with a model's weights): the same value,
+            # without torch's warning, which would name this line. A Python float carries no gradient anyway.
+            args = (args[0].detach(), *args[1:])
         out = func(*args, **kwargs)
         if self.half is None:
             for t in out if isinstance(out, tuple | list) else (out,):
@@ -923,6 +933,114 @@ def inside(*functions):
             frame = frame.f_back
         return False
     return refuse
+
+
+def _graph_leaves(out):
+    """The leaf tensors of ``out``'s autograd graph: those it was computed from that require a gradient."""
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return []
+    if out.grad_fn is None:
+        return [out]
+    leaves, seen, stack = [], set(), [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)               # an AccumulateGrad node: a leaf
+        if isinstance(variable, torch.Tensor):
+            leaves.append(variable)
+        stack.extend(following for following, _ in node.next_functions)
+    return leaves
+
+
+def _held(obj, found, seen, depth=0):
+    """Adds to ``found`` the tensors ``obj`` holds that training could set: a module's parameters, and tensors that
+    require a gradient, reached through functions (their closures, the globals they name, ``__wrapped__``), bound
+    methods, ``functools.partial``, containers and the attributes of other objects, a few levels deep."""
+    if depth > 6 or id(obj) in seen or isinstance(obj, str | bytes | numbers.Number | type | types.ModuleType):
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.nn.Module):
+        found.extend(obj.parameters())
+        return
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() and obj.requires_grad:
+            found.append(obj)
+        return
+    held = []
+    if isinstance(obj, types.FunctionType):
+        for cell in obj.__closure__ or ():
+            try:
+                held.append(cell.cell_contents)
+            except ValueError:                             # a cell not yet filled
+                pass
+        codes, names = [obj.__code__], set()
+        while codes:                                       # the names it and its nested functions read as globals
+            code = codes.pop()
+            names.update(code.co_names)
+            codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        held += [obj.__globals__[n] for n in sorted(names) if n in obj.__globals__]
+        held.append(getattr(obj, "__wrapped__", None))
+    elif isinstance(obj, types.MethodType):
+        held += [obj.__self__, obj.__func__]
+    elif isinstance(obj, functools.partial):
+        held += [obj.func, *obj.args, *obj.keywords.values()]
+    elif isinstance(obj, dict):
+        held += list(obj.values())
+    elif isinstance(obj, list | tuple | set | frozenset):
+        held += list(obj)
+    else:                                                  # any other object: its attributes
+        attributes = getattr(obj, "__dict__", None)
+        if isinstance(attributes, dict):
+            held += list(attributes.values())
+    for item in held:
+        if item is not None:
+            _held(item, found, seen, depth + 1)
+
+
+def parameters_of(model, *inputs):
+    """The distinct floating-point tensors that ``model``'s outputs are computed from and that training could have set:
+    the leaves of the autograd graph of ``model(*inputs)`` run with gradients on, and the parameters (or tensors that
+    require a gradient) that it holds, as a module or a function (so that a trained model returned inside a function
+    run under ``torch.no_grad`` is found too). An open exercise shuffles them (``shuffled``) to ask whether what its
+    model does comes from them, or from code that would do it without any training."""
+    found = []
+    try:
+        with torch.enable_grad():
+            found += _graph_leaves(model(*inputs))
+    except Exception:  # noqa: BLE001 (the model ran on these inputs before: this only asks what it was computed from)
+        pass
+    _held(model, found, set())
+    unique = {}
+    for t in found:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            unique.setdefault(id(t), t)
+    return list(unique.values())
+
+
+@contextlib.contextmanager
+def shuffled(tensors, generator):
+    """Each of ``tensors`` with its entries in a random order (drawn from ``generator``), in place, for the body of the
+    ``with``; put back afterwards, even when the body raises. A trained model's weights shuffled so are noise of the
+    same size: what it learned is gone, while a model whose work is written in its code, with a scale or a bias that
+    is the same in every entry, does just as well."""
+    saved = []
+    try:
+        with torch.no_grad():
+            for t in tensors:
+                original = t.detach().clone()
+                order = torch.randperm(t.numel(), generator=generator)
+                try:
+                    t.copy_(original.flatten()[order].reshape(t.shape))
+                except RuntimeError:      # a tensor that cannot be written in place (an inference tensor): left as is
+                    continue
+                saved.append((t, original))
+        yield
+    finally:
+        with torch.no_grad():
+            for t, original in reversed(saved):
+                t.copy_(original)
 
 
 # Cases drawn with a torch generator (a model's weights, a layer), and counts read from what the answer returned -----

@@ -1,6 +1,7 @@
 """Section 9.4's checkers, in exercise order: 9.4.1 the residual stream, block by block, 9.4.2 what the z-loss
 does to the logits, 9.4.3 label smoothing (9.4.4 is a written answer), 9.4.5 a decoder trained to reverse."""
 
+import math
 import numbers
 
 import torch
@@ -17,7 +18,9 @@ from helpers.exercises.judge import (
     exercise,
     fresh,
     generator,
+    parameters_of,
     pick,
+    shuffled,
     uses_keyword,
 )
 
@@ -33,7 +36,11 @@ def _stream(blocks, x, inputs=False, reduce="rms", normalized=False):
         return torch.stack([z.pow(2).mean().sqrt() for z in out])
     if reduce == "norm":
         return torch.stack([z.norm() for z in out])
-    return torch.stack([z.std() for z in out])
+    if reduce == "token":                               # each token's RMS over its features, averaged
+        return torch.stack([z.pow(2).mean(-1).sqrt().mean() for z in out])
+    if reduce == "sequence":                            # each sequence's RMS, averaged
+        return torch.stack([z.pow(2).mean((-2, -1)).sqrt().mean() for z in out])
+    return torch.stack([z.std(unbiased=reduce != "population") for z in out])
 
 
 @exercise("9.4.1", "Your measurement is the RMS of the residual stream after each block, for stacks of every depth "
@@ -62,6 +69,12 @@ def _(answer):
             (_stream(blocks, x, reduce="norm"), "This is the stream's norm, not its RMS: the RMS averages the "
                                                 "squares over the entries, where the norm sums them."),
             (_stream(blocks, x, reduce="std"), "This is the standard deviation: the RMS does not subtract the mean."),
+            (_stream(blocks, x, reduce="population"), "This is the standard deviation: the RMS does not subtract the "
+                                                      "mean."),
+            (_stream(blocks, x, reduce="token"), "Yours is an average of roots, the RMS of each token averaged: the "
+                                                 "RMS is one root of the mean square over all the entries."),
+            (_stream(blocks, x, reduce="sequence"), "Yours is an average of roots, the RMS of each sequence averaged: "
+                                                    "the RMS is one root of the mean square over all the entries."),
             (_stream(blocks, x, normalized=True), "Measure the stream itself, x after each block, not its normalized copy."),
         ], hint="No usual mistake fits: check one block first, where your first value should be the RMS of the "
                 "first block's output over all of its entries.")
@@ -169,6 +182,8 @@ def _(answer):
             ((-one_hot * log_p).sum(-1).mean().item(), "This is the plain cross-entropy: the targets are not smoothed."),
             (-(want.sum(-1)).mean().item(), "The sign is flipped: a cross-entropy is positive."),
             (want.sum().item(), "Average over the rows, as F.cross_entropy does: a mean, not a sum."),
+            (want.mean().item(), "Average over examples, not over every class entry: sum over the V classes of a row, "
+                                 "then take the mean over the N rows."),
             ((-((1 - eps) * one_hot + eps / V) * torch.softmax(z, -1)).sum(-1).mean().item(),
              "The cross-entropy takes the log of the probabilities: yours uses the probabilities themselves."),
         ]
@@ -227,14 +242,18 @@ _TRAIN = ("Train a model: the function must return the model it trained, its log
           "learned, not logits written by hand.")
 
 
-def _from_parameters(model, x):
-    """Whether the model's logits for ``x``, computed with gradients on, depend on tensors that require a gradient."""
-    try:
-        with torch.enable_grad():
-            out = model(x)
-    except Exception:  # noqa: BLE001 (the model ran on x before: this only asks how)
+def _agree(a, b):
+    """Whether two calls' logits agree, within the tolerance of the checks below (NaN where NaN)."""
+    if a.shape != b.shape:
         return False
-    return isinstance(out, torch.Tensor) and out.requires_grad
+    scale = a.detach().nan_to_num(0.0, 0.0, 0.0).abs().max().item()
+    return torch.allclose(a, b, rtol=1e-4, atol=1e-4 * max(scale, 1e-30), equal_nan=True)
+
+
+def _reversed_loss(logits, x, n, ahead=1):
+    """The cross-entropy of the logits at the reversed half's positions against the token ``ahead`` positions on."""
+    T = x.shape[1]
+    return F.cross_entropy(logits[:, n:T - ahead].flatten(0, 1).double(), x[:, n + ahead:].flatten()).item()
 
 
 @exercise("9.4.5", "Your decoder reverses held-out sequences: its loss on the reversed half is below the level, and "
@@ -252,19 +271,13 @@ def _(answer):
         return reversal_sequences(32, n, vocab, data)
 
     threads = torch.get_num_threads()
-    gradients = []              # the gradients the answer computed, noted (a training computes some)
-
-    def note(func, args, kwargs):
-        if _autograd(func, args, kwargs):          # a training step computes a gradient
-            gradients.append(func)
-        return False
     with torch.random.fork_rng():
         torch.manual_seed(r.integer(0, 2**31 - 1))          # the answer's own draws (its initialization)
         # One thread: a model this small trains fastest on one, and its training is then the same whatever
         # the machine's thread count (and a busy machine's threads do not wait on each other).
         torch.set_num_threads(1)
         try:
-            model = call(answer, batch, vocab, T, case=case, watch=Watch(note, half_refused=False))
+            model = call(answer, batch, vocab, T, case=case)
         finally:
             torch.set_num_threads(threads)
     if not callable(model):
@@ -278,7 +291,23 @@ def _(answer):
     if logits.shape != (256, T - 1, vocab):
         raise Wrong(f"{case}: for token ids of shape {tuple(inputs.shape)} the logits should have shape "
                     f"{(256, T - 1, vocab)}, one row of {vocab} per position, got {tuple(logits.shape)}")
+    # The same token ids twice: a layer that draws at random (dropout left in training mode, in a model returned
+    # inside a function, which the check cannot put in eval mode) changes every prediction, not only those after a cut.
+    if not _agree(_logits(model, inputs, case, "token ids"), logits):
+        raise Wrong(f"{case}: the model's logits for the same token ids differ from one call to the next: dropout or "
+                    "another random layer is active: put the model in eval mode (model.eval()) before returning it, or "
+                    "return the module itself, which the check puts in eval mode.")
     if not logits.isfinite().all():
+        bad = ~logits.isfinite().all(-1)                 # (B, t): the positions with a logit that is NaN or infinite
+        everywhere = bad.all(0)
+        if torch.equal(bad.any(0), everywhere) and not everywhere.all():
+            # NaN at the same positions of every sequence, and only there: softmax over keys that are all hidden.
+            where = everywhere.nonzero().flatten().tolist()
+            raise Wrong(f"{case}: the model's logits are not finite at position{'s' * (len(where) > 1)} "
+                        f"{', '.join(map(str, where))} of every sequence, and finite elsewhere: a position whose every "
+                        "key is hidden gives NaN, a softmax over no key. Is the mask inverted (nn.MultiheadAttention "
+                        "hides where its mask is True, scaled_dot_product_attention where it is False), or does it "
+                        "hide a whole row?")
         raise Wrong(f"{case}: the model's logits are not all finite: did training diverge (a learning rate too high)?")
     # A prediction may read its own token and the earlier ones only: change every token after a cut and compare.
     for cut in (n - 1, n, T - 3):
@@ -301,12 +330,24 @@ def _(answer):
         raise Wrong(f"{case}: for the first n + 1 = {n + 1} token ids alone, the logits differ from those at the same "
                     "positions of the full sequence: a prediction must depend on its own token, the earlier ones and "
                     "its position counted from the start, and on nothing after it.")
-    loss = F.cross_entropy(logits[:, n:].flatten(0, 1).double(), x[:, n + 1:].flatten()).item()
+    loss = _reversed_loss(logits, x, n)
     if loss < LEVEL:
-        # Hard-coding the reversal (logits set by hand from the earlier tokens) passes everything above.
-        if not gradients and not _from_parameters(model, prefix):
-            raise Wrong(f"{case}: {getattr(answer, '__name__', 'your function')} computed no gradient while it ran, "
-                        f"and its model's logits depend on no parameters. {_TRAIN}")
+        # Hard-coding the reversal (logits set by hand from the earlier tokens) passes everything above, and so does
+        # such a lookup whose logits are multiplied by a parameter, or returned after a backward() that trains
+        # nothing. What a trained model does lives in its parameters: with the entries of each shuffled, it is noise
+        # of the same size, and its loss is far above the level, where a lookup's is unchanged.
+        name = getattr(answer, "__name__", "your function")
+        weights = parameters_of(model, prefix)
+        if not weights:
+            raise Wrong(f"{case}: the logits of the model {name} returned depend on no parameters. {_TRAIN}")
+        with shuffled(weights, torch.Generator().manual_seed(r.integer(0, 2**31 - 1))):
+            try:
+                still = _reversed_loss(_logits(model, inputs, case, "token ids"), x, n)
+            except Wrong:                                 # it no longer runs: its parameters were what it used
+                still = math.inf
+        if still < LEVEL:
+            raise Wrong(f"{case}: the model {name} returned still reverses with the entries of each of its parameters "
+                        f"shuffled: what it does is written in its code, not learned in its parameters. {_TRAIN}")
         return
     read = F.cross_entropy(logits.flatten(0, 1).double(), inputs.flatten()).item()
     guess = torch.log(torch.tensor(float(digits))).item()
@@ -315,6 +356,18 @@ def _(answer):
         raise Wrong(f"{case}: {shown}. Your model predicts the token it reads, not the next one: was it trained "
                     "against the tokens it reads? The target at each position is the token after it. (An untrained "
                     "model whose output layer shares the token embedding's weights also predicts the token it reads.)")
+    # Trained against a token further ahead than the next, a model predicts that token (a loss of about 0.01
+    # against it), and its loss against the next one is far above a uniform guess's. (A model without positions
+    # predicts every later digit about alike, at 1.1 to 1.8 nats: not this.)
+    for ahead in range(2, n + 1):
+        if _reversed_loss(logits, x, n, ahead) < min(0.5, loss - 1):
+            raise Wrong(f"{case}: {shown}. Your model predicts the token {ahead} positions ahead, not the next one: "
+                        "the targets are the inputs shifted by one (x[:, 1:] for the inputs x[:, :-1]).")
+    if loss > guess + 1:
+        raise Wrong(f"{case}: {shown}, far above a uniform guess over the {digits} digits ({guess:.2f}): the model "
+                    "is confidently wrong, as a model trained against other targets is. Are its targets the next "
+                    "tokens, the inputs shifted by one (x[:, 1:] for the inputs x[:, :-1]), at every position, those "
+                    "of the reversed half included?")
     # An untrained model's loss is at least 0.17 above the guess (200 draws); one trained without positions, which
     # learns something and cannot reverse, came within 0.28 below it (1 draw in some hundreds), across the 0.3 this
     # margin once was.

@@ -53,12 +53,16 @@ def _(answer):
                 mistakes=[(a[0] + b[0], "The merged m is the largest score either tile saw, not the sum of the two "
                                         "maxima.")])
         for what, got_x, want, x_a, x_b in (("normalizer l", got[1], total, a[1], b[1]), ("sum acc", got[2], acc, a[2], b[2])):
+            output = [(acc / total, "Your acc is the attention output, acc / l: the state keeps the unnormalized acc, "
+                                    "beside l, so that later tiles can still be merged into it; divide only at the "
+                                    "end.")] if what == "sum acc" else []
             compare(got_x, want, case, what=what, mistakes=[
                 (x_a + x_b, f"Rescale each tile's {what} before adding: each is relative to its own tile's maximum, "
                             "as what the section's loop accumulated is relative to its running maximum."),
                 (x_a * torch.exp(m - a[0]) + x_b * torch.exp(m - b[0]),
                  "Your rescaling is upside down: it enlarges what a tile with a smaller maximum accumulated, where "
                  "it should shrink it."),
+                *output,
             ], hint=f"The merged {what} is not what a single pass over both tiles gives: compare your rescaling with "
                     "the section's loop, which rescales what it accumulated when a block raises the maximum.")
     # Queries that saw no key in a tile (a fully masked row, as tiled_attention meets): m = -inf, l = 0, acc = 0 for
@@ -241,9 +245,8 @@ def _pattern(g, T, kinds=("window", "strided", "global", "random", "causal", "bl
                    "key, and math.inf for patterns that never connect them.")
 def _(answer):
     g = generator()
-    kinds = []
-    for k in range(1, 7):
-        T = pick(g, (9, 12, 16, 20))
+    for k in range(1, 8):
+        T = pick(g, (9, 12, 16, 20)) if k < 7 else pick(g, (64, 80, 96))
         # Case 1, a window of one neighbour on either side, tells the mistakes apart: T - 1 layers connect every
         # pair, T - 2 hops, T / 2 layers the middle token alone.
         pattern = _pattern(g, T, ("window",), r=1) if k == 1 else _pattern(g, T)
@@ -252,15 +255,17 @@ def _(answer):
         if k == 6:                      # a directed pattern that never connects: symmetrizing it would connect it
             i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
             pattern = ((i - j).abs() <= 1) & (j <= i)
+        if k == 7:                      # a long band, as the notebook's next cell draws: its path counts pass 5^27,
+            pattern = _pattern(g, T, ("window",), r=2)      # past int64's 9.2e18, so counting paths overflows
         want = _diameter(pattern)
-        kinds.append(want)
-        case = f"case {k} of 6 (a hidden {T} x {T} pattern)"
+        case = f"case {k} of 7 (a hidden {T} x {T} pattern)"
         got = as_integer(call(answer, pattern, case=case), case, "number of layers", inf_ok=True)
+        hint = _OVERFLOW if k == 7 else None       # right on the short patterns, wrong on the long band
         if want == math.inf or got == math.inf:
             if got != want:
                 raise Wrong(f"{case}: expected {want}, got {got}. " + (
                     "Some key never reaches some query, however many layers: return math.inf." if want == math.inf else
-                    "This pattern does connect every pair: keep adding layers until it does (at most T)."))
+                    hint or "This pattern does connect every pair: keep adding layers until it does (at most T)."))
             continue
         compare_number(got, want, case, exact=True, what="number of layers", mistakes=[
             (_diameter(pattern, hops=True), "Count layers, not extra hops: one layer already connects what the pattern "
@@ -268,9 +273,14 @@ def _(answer):
             (want + 1, "Off by one: stop at the first number of layers after which everything is connected."),
             (_diameter(pattern, middle=True), "Every query must receive every key, not only the middle token."),
             (_diameter(pattern, first=True), "Every query must receive every key, not only the first one."),
-        ], hint="It matches none of the usual mistakes: follow the information one layer at a time, as the "
-                "section's receptive-field cell does, and stop at the first layer after which every pair is "
-                "connected.")
+        ], hint=hint or "It matches none of the usual mistakes: follow the information one layer at a time, as the "
+                        "section's receptive-field cell does, and stop at the first layer after which every pair is "
+                        "connected.")
+
+
+_OVERFLOW = ("Your count is right on the short patterns and wrong on this long band: if you count paths, the counts "
+             "grow like 5^L here and overflow (an int64 holds 9.2e18 at most). Keep only whether each pair is "
+             "connected: booleans, or counts clamped to 1 after each layer.")
 
 
 # 9.5.5: a sliding window with a rolling cache ----------------------------------------------------------------

@@ -10,7 +10,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.exercises.judge import Wrong, alone, call, cases, compare, exercise, fresh, generator
+from helpers.exercises.judge import (
+    Wrong,
+    alone,
+    call,
+    cases,
+    compare,
+    exercise,
+    fresh,
+    generator,
+    parameters_of,
+    shuffled,
+)
 from helpers.runtime import threads
 
 # 9.6.1: patch embedding with the channels last ---------------------------------------------------------------
@@ -241,6 +252,10 @@ def _logits(model, images, case, name, what):
     return out.float()
 
 
+_TRAIN = ("the exercise asks you to train a model (a ViT, or any network) on the training images, its weights learned "
+          "from them, not to write a detector by hand.")
+
+
 def _accuracy(logits, labels):
     return (logits.argmax(-1) == labels).float().mean().item()
 
@@ -270,6 +285,20 @@ def _quadrants(answer):
     if accuracy >= NEEDED:
         # Right often enough: unless each image's answer depends on the rest of its batch.
         alone(lambda x: _logits(model, x, case, name, "one new image alone"), (new,), logits, case, "new image")
+        # ... or it was written by hand, not trained. What a trained model does lives in its parameters: with the
+        # entries of each shuffled it is noise of the same size, near chance, where a detector written by hand,
+        # with no parameter or with a scale that is the same in every entry, does as well as before.
+        weights = parameters_of(model, new[:8])
+        if not weights:
+            raise Wrong(f"{case}: the model {name} returned has no parameters its logits depend on: {_TRAIN}")
+        with shuffled(weights, torch.Generator().manual_seed(r.integer(0, 2 ** 31 - 1))):
+            try:
+                still = _accuracy(_logits(model, new, case, name, "new images"), new_labels)
+            except Wrong:                                # it no longer runs: its parameters were what it used
+                still = 0.0
+        if still >= NEEDED:
+            raise Wrong(f"{case}: the model {name} returned is still right on {still:.0%} of the new images with the "
+                        f"entries of each of its parameters shuffled: what it does is written in its code, but {_TRAIN}")
         return
     told = f"{case}: the model is right on {accuracy:.0%} of the new images, where {NEEDED:.0%} is needed."
     # Rolling an image by 8 pixels moves the square to another quadrant and only reorders its patches (of 1, 2, 4 or 8

@@ -30,8 +30,11 @@ def _(answer):
         n, tau = (pick(g, (2, 5, 9)), pick(g, (0.1, 0.5, 2.0, 7.0))) if k < 4 else (pick(g, (9, 100)), 0.01)
         case = f"case {k} of 4 ({n} scores, temperature {tau:g})"
         s = (tau if k < 4 else 3.0) * torch.randn(n, generator=g, dtype=torch.float64)
-        if k == 4:                    # its largest score at least 1 above zero: exp(s / tau) > exp(100), past float32
-            s[0] = s.abs().max() + 1
+        if k == 4:
+            # Its largest score at least 1 above every other and at least 8.5: s / tau >= 850, so exp(s / tau)
+            # overflows float64 (past 709), not only float32, on every draw. (At 1 above the largest |s| alone,
+            # s / tau ranged over 600 to 900, and an unshifted exp in float64 passed one draw in four.)
+            s[0] = max(s.abs().max().item() + 1, 8.5)
         want = torch.autograd.functional.jacobian(lambda z, tau=tau: torch.softmax(z / tau, 0), s)
         p, p1 = torch.softmax(s / tau, 0), torch.softmax(s, 0)
         got = call(answer, s, tau, case=case, watch=Watch(_autograd, _BY_HAND))
@@ -68,7 +71,8 @@ def _slope_forward(q, k, v, m):
 def _slope_grad(q, k, v, m, d_out, variant=None):
     T = q.shape[-2]
     dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
-    s = (q @ k.mT / q.shape[-1] ** 0.5 - m * dist).masked_fill(dist < 0, float("-inf"))
+    width = v.shape[-1] if variant == "d_v" else q.shape[-1]
+    s = (q @ k.mT / width ** 0.5 - m * dist).masked_fill(dist < 0, float("-inf"))
     p = torch.softmax(s, -1)
     dp = d_out @ v.mT
     ds = p * (dp - (p * dp).sum(-1, keepdim=True)) if variant != "no_D" else p * dp
@@ -83,9 +87,12 @@ def _slope_grad(q, k, v, m, d_out, variant=None):
 def _(answer):
     g = generator()
     for k in range(1, 4):
-        T, d, m = pick(g, (3, 6, 10)), pick(g, (2, 4, 8)), pick(g, (0.05, 0.25, 1.0))
-        case = f"case {k} of 3 (T = {T}, d = {d}, slope {m:g})"
-        q, k_, v, d_out = (torch.randn(T, d, generator=g, dtype=torch.float64) for _ in range(4))
+        # The values, and so dO, are never as wide as the queries and keys (d_v odd, d even): a scale by sqrt(d_v)
+        # instead of sqrt(d) fails every check.
+        T, d, d_v, m = pick(g, (3, 6, 10)), pick(g, (2, 4, 8)), pick(g, (3, 5, 7)), pick(g, (0.05, 0.25, 1.0))
+        case = f"case {k} of 3 (T = {T}, d = {d}, d_v = {d_v}, slope {m:g})"
+        q, k_ = (torch.randn(T, d, generator=g, dtype=torch.float64) for _ in range(2))
+        v, d_out = (torch.randn(T, d_v, generator=g, dtype=torch.float64) for _ in range(2))
         slope = torch.tensor(m, dtype=torch.float64, requires_grad=True)
         (_slope_forward(q, k_, v, slope) * d_out).sum().backward()
         want = slope.grad.item()
@@ -97,4 +104,7 @@ def _(answer):
                                                              "D_i): without it the rows of dS do not sum to zero."),
             (_slope_grad(q, k_, v, m, d_out, "dp").item(), "This sums the gradient of the weights, dP: the slope "
                                                            "enters the scores S, so go back through the softmax first."),
+            (_slope_grad(q, k_, v, m, d_out, "d_v").item(), "Your scores are scaled by the square root of the "
+                                                            "values' width: the scale is sqrt(d), the width of the "
+                                                            "queries and keys."),
         ], hint="Follow Appendix C's backward pass from dO to the scores, then ask how each visible score changes with m.")
