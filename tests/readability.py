@@ -91,9 +91,12 @@ def report(md):
     nb = jupytext.read(md)
     stored = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
     cells = nb.cells
-    end = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and re.search(r"^## Exercises\s*$", c.source, re.M)),
-               len(cells))
-    main = prose("\n\n".join(c.source for c in cells[:end] if c.cell_type == "markdown"))
+    heading = re.compile(r"^## Exercises\s*$", re.M)
+    end = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and heading.search(c.source)), len(cells))
+    before = [c.source for c in cells[:end] if c.cell_type == "markdown"]
+    if end < len(cells):                                  # the heading's own cell may begin with main text
+        before.append(cells[end].source[:heading.search(cells[end].source).start()])
+    main = prose("\n\n".join(before))
     said = sentences(main)
     lengths = [len(s.split()) for s in said]
     visible = [c for c in stored.cells if c.cell_type == "code" and not hidden(c) and not is_check(c)]

@@ -24,12 +24,13 @@ def test_the_report_finds_what_it_counts(tmp_path):
             nbformat.v4.new_output("stream", name="stdout", text="shape: (2, 3)\nequal: True\n")]),
         nbformat.v4.new_code_cell('with verify("Figure 1"):\n    print("a: True")', outputs=[
             nbformat.v4.new_output("display_data", data={"text/plain": "✓ Figure 1: 1 check holds\n  a: True"})]),
-        nbformat.v4.new_markdown_cell("## Exercises\n\nNot main text, but read: CPU."),
+        nbformat.v4.new_markdown_cell("## Summary\n\nA summary counts.\n\n## Exercises\n\nNot main text, but read: CPU."),
     ])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, tmp_path / "9.1-x.ipynb")
     jupytext.write(nb, tmp_path / "9.1-x.md", fmt="md:myst")
     r = readability.report(tmp_path / "9.1-x.md")
-    assert (r["words"], r["sentences"], r["lines"], r["verdicts"], r["checks"]) == (8, 2, 2, 1, 1)
+    # the summary before the heading, in the heading's own cell, is main text: 8 + 3 words
+    assert (r["words"], r["sentences"], r["lines"], r["verdicts"], r["checks"]) == (11, 3, 2, 1, 1)
     assert len(r["wide"]) == 1 and [w for _, w, _ in r["vocabulary"]] == ["manuscript", "CPU"]
     assert any("verdicts" in p for p in readability.problems(r))
