@@ -146,6 +146,14 @@ def _cuda_peak(fn, device):
     return highest - base
 
 
+def _cuda_warm_up(device, dtype):
+    """One small matrix product on ``device``, synchronized: the first product on a CUDA device allocates
+    cuBLAS's workspace, which stays allocated, so without it the first measurement would count it."""
+    a = torch.ones(8, 8, device=device, dtype=dtype)
+    torch.mm(a, a)
+    _sync(device)
+
+
 def _seed(value):
     """``value``, a seed for a ``torch.Generator``: an int in 0 .. 2**63 - 1 (what ``manual_seed`` takes), or ValueError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 2**63:
@@ -202,6 +210,8 @@ def peak_memories(methods, lengths, d=64, heads=1, device=None, dtype=torch.floa
     g = torch.Generator(device=device).manual_seed(_seed(seed))
     results = {name: [] for name in methods}
     with torch.no_grad():
+        if device.type == "cuda":
+            _cuda_warm_up(device, dtype)                 # cuBLAS's workspace, allocated before the first measurement
         for T in lengths:
             q, k, v = inputs(T, g, device)
             for name, f in methods.items():
@@ -391,8 +401,8 @@ class Timings:
         head = f"verdict: FAILED after {self.attempt} measurement{s}: {'; '.join(broken)} (rules: {rules})."
         if not any(self.growth_problems(name) for name in self.grows if len(self.sizes) > 1):
             return f"{head} Other work on the machine disturbs timings most: run the cell again when it is idle"
-        return (f"{head} A time that did not grow is not measured again: a repeat could pass by chance what does not"
-                " grow")
+        return (f"{head} A time that did not grow, or grew less than the rules ask, is not measured again: a repeat"
+                " could pass by chance what does not grow")
 
     def _rows(self):
         """The table's lines below its title: the medians with their spreads, then the rates (with a reference)."""

@@ -133,7 +133,7 @@ def test_timings_measure_again_only_a_disturbed_measurement_that_grew_and_say_so
                                              "shrinking: time grows less than 1.5 times from T = 1 to 8"]
     last = str(t).splitlines()[-1]
     assert last.startswith("verdict: FAILED after 1 measurement: shrinking: time does not grow with T")
-    assert "not measured again" in last
+    assert "A time that did not grow, or grew less than the rules ask, is not measured again" in last
     t = timings({"shrinking": time.sleep}, [1, 8], inputs, rounds=3, block=0.0001, attempts=2, spread=1e-9)
     assert t.attempt == 1 and "shrinking: spread above 0%" in t.broken()          # disturbed too: still final
     t = timings({"growing": time.sleep}, [1, 8], lambda size, g, d: (0.001 * size,), rounds=3, block=0.0001,
@@ -420,3 +420,27 @@ def test_inputs_that_could_never_pass_or_would_mean_nothing_are_refused():
     for x in ([True, 2], "12"):
         with pytest.raises(ValueError, match="growth_exponent takes two sequences"):
             measure.growth_exponent(x, [1, 2])
+
+
+def test_peak_memories_warms_cuda_up_before_measuring_and_only_on_cuda(monkeypatch):
+    """On CUDA, one small product runs before the first measurement (cuBLAS allocates its workspace at the first
+    product, and keeps it); on the CPU none runs. CUDA is mocked: the inputs, the generator and the measurement."""
+    calls = []
+
+    class Generator:
+        def __init__(self, device=None):
+            pass
+
+        def manual_seed(self, seed):
+            return self
+
+    monkeypatch.setattr(measure, "_cuda_warm_up", lambda device, dtype: calls.append(("warm up", device.type)))
+    monkeypatch.setattr(measure, "peak_memory", lambda fn, device, threads: calls.append(("measure", device.type)) or 0)
+    monkeypatch.setattr(measure, "attention_inputs", lambda d, heads, dtype: lambda T, g, device: (None, None, None))
+    monkeypatch.setattr(measure.torch, "Generator", Generator)
+    methods = {"a": lambda q, k, v: None, "b": lambda q, k, v: None}
+    measure.peak_memories(methods, [4, 8], device="cuda")
+    assert calls == [("warm up", "cuda")] + [("measure", "cuda")] * 4
+    calls.clear()
+    measure.peak_memories(methods, [4, 8])
+    assert calls == [("measure", "cpu")] * 4
