@@ -174,7 +174,8 @@ STUDENTS = {
         (lambda Q, K, V: (lambda w: (w @ V, w))(torch.softmax(Q @ K.mT / V.shape[-1] ** 0.5, -1)), "width of the values"),
         (lambda Q, K, V: (lambda w: [w @ V, w.tolist()])(torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5, -1)),
          "should be a torch.Tensor, got list"),
-        (lambda Q, K, V: (lambda w: (w @ V, w))(torch.exp(Q @ K.mT / Q.shape[-1] ** 0.5)), "weights are not attention's"),
+        (lambda Q, K, V: (lambda w: (w @ V, w))(torch.exp(Q @ K.mT / Q.shape[-1] ** 0.5)),
+         "do not sum to one over the keys"),
         (lambda Q, K, V: (lambda w: (w, w @ V))(torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5, -1)), "in that order"),
         (lambda Q, K, V: _implicit_softmax(Q, K, V), "Softmax over the keys: dim=-1"),
     ],
@@ -222,9 +223,74 @@ NEW_WRONG = {
 }
 
 
+def _decode_wrapped_attention(model, source, offsets):
+    """Correct, another way (a student's): a copy of the model whose attention hides the positions, run as model(source)."""
+    import copy
+    m = copy.deepcopy(model)
+    inner, n, step = m.attention, source.shape[1], {"t": 0}
+
+    class Hiding(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, s, h):
+            _, alpha = self.inner(s, h)
+            t = step["t"]
+            step["t"] += 1
+            hide = torch.zeros(n, dtype=torch.bool)
+            for o in offsets:
+                if 0 <= n - 1 - t + o < n:
+                    hide[n - 1 - t + o] = True
+            a = alpha.masked_fill(hide, 0.0)
+            a = a / a.sum(-1, keepdim=True)
+            return torch.einsum("bn,bnd->bd", a, h), a
+    m.attention = Hiding()
+    return m(source)
+
+
+def _decode_additive_scores(model, source, offsets):
+    """Correct, another way (a student's): the additive scores recomputed and masked with -inf, the context by bmm."""
+    att = model.attention
+    h, _ = model.encoder(model.embed(source))
+    s = torch.tanh(model.init(h.mean(1)))
+    prev = torch.full_like(source[:, 0], model.vocab)
+    n = source.shape[1]
+    out, ws = [], []
+    for t in range(n):
+        e = att.w(torch.tanh(att.W(s)[:, None] + att.U(h))).squeeze(-1)
+        targets = torch.tensor([n - 1 - t + o for o in offsets], dtype=torch.long)
+        hide = (torch.arange(n)[:, None] == targets[None, :]).any(-1)
+        a = torch.softmax(e.masked_fill(hide, float("-inf")), -1)
+        c = torch.bmm(a[:, None, :], h).squeeze(1)
+        s = model.cell(torch.cat([model.embed(prev), c], -1), s)
+        out.append(model.out(torch.cat([s, c], -1)))
+        ws.append(a)
+        prev = out[-1].argmax(-1)
+    return torch.stack(out, 1), torch.stack(ws, 1)
+
+
+def _norm_golden(keys, values):
+    """Correct, another way (a student's): the leave-one-out error on a grid of log r, then a golden-section search."""
+    def errors(log_rs):
+        s, eye = keys @ keys.mT, torch.eye(keys.shape[1], dtype=torch.bool)
+        return torch.stack([((torch.softmax((lr.exp() * s).masked_fill(eye, float("-inf")), -1) @ values[..., None])
+                             .squeeze(-1) - values).pow(2).mean() for lr in log_rs])
+    grid = torch.linspace(math.log(0.1), math.log(1e4), 60, dtype=torch.float64)
+    i = int(errors(grid).argmin())
+    a, b = grid[max(i - 1, 0)].item(), grid[min(i + 1, len(grid) - 1)].item()
+    phi = (math.sqrt(5) - 1) / 2
+    f = lambda x: errors(torch.tensor([x], dtype=torch.float64)).item()
+    for _ in range(40):
+        c, d = b - phi * (b - a), a + phi * (b - a)
+        a, b = (a, d) if f(c) < f(d) else (c, b)
+    return math.exp((a + b) / 2)
+
+
 RIGHT = {
-    "9.1.3": [_decode_masked_scores, lambda model, source, offsets: _decode(model, source, offsets)],
-    "9.1.5": [_norm_on_a_grid, _norm_by_exp, _norm_float32],
+    "9.1.3": [_decode_masked_scores, lambda model, source, offsets: _decode(model, source, offsets),
+              _decode_wrapped_attention, _decode_additive_scores],
+    "9.1.5": [_norm_on_a_grid, _norm_by_exp, _norm_float32, _norm_golden],
 }
 
 
@@ -377,3 +443,84 @@ def test_hints_name_the_mistake_without_the_formula():
     for answer, _ in WRONG["9.1.1"]:
         ok, message = verdict("9.1.1", answer)
         assert ok is False and "weights @ V" not in message and "/ sqrt(d_k)" not in message, message
+
+
+# Students' review (checkers, round 13): verdicts that depended on the draw, an experiment that crashed --------------
+
+def _decode_tensor_offsets(model, source, offsets):
+    """A student's: the hidden positions as n - 1 - t + torch.tensor(offsets), which is a float tensor for offsets
+    [] and cannot index: it crashes in the notebook's first experiment, which hides nothing."""
+    h, _ = model.encoder(model.embed(source))
+    s = torch.tanh(model.init(h.mean(1)))
+    prev = torch.full_like(source[:, 0], model.vocab)
+    n = source.shape[1]
+    logits, weights = [], []
+    for t in range(n):
+        _, a = model.attention(s, h)
+        i = n - 1 - t + torch.tensor(offsets)
+        a = a.clone()
+        a[:, i[(i >= 0) & (i < n)]] = 0.0
+        a = a / a.sum(-1, keepdim=True)
+        c = (a[:, :, None] * h).sum(1)
+        s = model.cell(torch.cat([model.embed(prev), c], -1), s)
+        logits.append(model.out(torch.cat([s, c], -1)))
+        weights.append(a)
+        prev = logits[-1].argmax(-1)
+    return torch.stack(logits, 1), torch.stack(weights, 1)
+
+
+def test_9_1_3_an_answer_that_crashes_on_no_offsets_fails_every_check():
+    """D1: the notebook's experiment hides nothing first (offsets []), and an answer that crashes there passed every
+    check, none of which had offsets []. Now one case always has them, and its results must be model(source)'s."""
+    fails_on_every_seed("9.1.3", _decode_tensor_offsets, "offsets []: nothing hidden", seeds=range(20))
+    ok, message = verdict("9.1.3", _decode_tensor_offsets, seed=0)
+    assert "raised IndexError" in message, message
+    compared = []
+
+    def spy(model, source, offsets):
+        out = _decode(model, source, offsets)
+        if not offsets:
+            with torch.no_grad():
+                compared.append(all(torch.allclose(a, b, atol=1e-5) for a, b in zip(out, model(source), strict=True)))
+        return out
+    for seed in range(20):
+        ok, message = verdict("9.1.3", spy, seed=seed)
+        assert ok, (seed, message)
+    assert compared == [True] * 20
+
+
+def test_9_1_3_hiding_one_offset_only_fails_every_check():
+    """D2: an answer that hid the first offset only passed about one check in eight, those whose cases all drew a
+    single offset. Now one case always hides two positions in range; the first offset alone, or the last, fails
+    every check, told so."""
+    for answer in (lambda model, source, offsets: _decode(model, source, offsets[:1]),
+                   lambda model, source, offsets: _decode(model, source, offsets[-1:])):
+        fails_on_every_seed("9.1.3", answer, "Only one of the offsets was hidden", seeds=range(25))
+
+
+def test_9_1_3_right_answers_pass_every_check_with_the_new_cases():
+    for answer in RIGHT["9.1.3"]:
+        for seed in range(20):
+            ok, message = verdict("9.1.3", answer, seed=seed)
+            assert ok, (answer, seed, message)
+
+
+def test_9_1_5_no_rule_on_the_tables_size_passes():
+    """D5: rules on the table's size passed some checks ((n / 2 pi)^2 5 in 20, n^2 / 60 7 in 20): the hidden cases had
+    more keys in the wiggly tables than in the noisy ones, as the shown cases do. Now they cross them."""
+    rules = [lambda keys, values: (keys.shape[1] / (2 * math.pi)) ** 2,
+             lambda keys, values: keys.shape[1] ** 2 / 60,
+             lambda keys, values: keys.shape[1] ** 2 / 80,
+             lambda keys, values: float(keys.shape[1]),
+             lambda keys, values: keys.shape[0] * keys.shape[1] / 20,                      # keys in all
+             lambda keys, values: 2.0 if keys.shape[1] < 20 else 60.0,
+             lambda keys, values: 250.0 if keys.shape[0] <= 16 else 2.0]                  # fewer tables: sharper
+    for rule in rules:
+        fails_on_every_seed("9.1.5", rule, "the check allows 1.6 times", seeds=range(20))
+
+
+def test_9_1_1_weights_that_do_not_sum_to_one_are_told_so():
+    """A scale applied after the softmax, or a log_softmax, was told only that the weights were not attention's."""
+    for answer in (lambda Q, K, V: (lambda w: (w @ V, w))(torch.softmax(Q @ K.mT, -1) / Q.shape[-1] ** 0.5),
+                   lambda Q, K, V: (lambda w: (w @ V, w))(torch.log_softmax(Q @ K.mT / Q.shape[-1] ** 0.5, -1))):
+        fails_on_every_seed("9.1.1", answer, "Your weights do not sum to one over the keys", seeds=range(5))

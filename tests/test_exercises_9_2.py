@@ -6,6 +6,7 @@ hint (exercises_common.py says how; the shared layout is tested in test_exercise
 """
 
 import copy
+import functools
 import re
 
 import torch
@@ -380,9 +381,65 @@ NEW_WRONG = {
 }
 
 
+def _reach_backward(layer, T=64, d=4):
+    """Correct, another way (a student's): .backward() on the last output, then x.grad."""
+    x = torch.randn(1, T, d, requires_grad=True)
+    layer(x)[0, T - 1].sum().backward()
+    return int(T - 1 - (x.grad[0] != 0).any(-1).nonzero().min())
+
+
+def _reach_vjp(layer, T=64, d=4):
+    """Correct, another way (a student's): a random positive cotangent on the last output, a NumPy int returned."""
+    import numpy as np
+    x = torch.randn(1, T, d, requires_grad=True)
+    y = layer(x)
+    v = torch.zeros_like(y)
+    v[0, -1] = torch.rand(y.shape[-1]) + 0.5
+    (g,) = torch.autograd.grad(y, x, v)
+    return np.int64(T - 1 - np.flatnonzero(g[0].abs().sum(-1).numpy())[0])
+
+
+class _Written(nn.Module):
+    """A student's: one head written out (queries of the query token, keys and values of all), an MLP readout."""
+
+    def __init__(self, vocab, classes, d=32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.out = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, classes))
+
+    def forward(self, tokens, lengths):
+        x = self.embed(tokens)
+        s = (self.q(x[:, :1]) @ self.k(x).mT) / x.shape[-1] ** 0.5
+        hide = torch.arange(tokens.shape[1])[None, None, :] >= lengths[:, None, None]
+        return self.out((torch.softmax(s.masked_fill(hide, float("-inf")), -1) @ self.v(x))[:, 0])
+
+
+class _Encoder(nn.Module):
+    """A student's: PyTorch's encoder layer with a key padding mask, the query token's output read."""
+
+    def __init__(self, vocab, classes, d=32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.layer = nn.TransformerEncoderLayer(d, 2, 64, dropout=0.0, batch_first=True)
+        self.out = nn.Linear(d, classes)
+
+    def forward(self, tokens, lengths):
+        pad = torch.arange(tokens.shape[1])[None] >= lengths[:, None]
+        return self.out(self.layer(self.embed(tokens), src_key_padding_mask=pad)[:, 0])
+
+
+def _lookup_student(kind, steps=400):
+    def train_lookup(tokens, lengths, answers, vocab, classes):
+        model = _train(kind(vocab, classes), tokens, lengths, answers, steps=steps)
+        return copy.deepcopy(model).eval()                   # a copy: its parameters are not those trained
+    return train_lookup
+
+
 RIGHT = {
-    "9.2.2": [_reach_jacobian, _reach_float64_loop, lambda layer, T=64, d=4: float(reach(layer, T, d))],
-    "9.2.5": [_lookup_written, _lookup_sdpa],
+    "9.2.2": [_reach_jacobian, _reach_float64_loop, lambda layer, T=64, d=4: float(reach(layer, T, d)), _reach_backward,
+              _reach_vjp],
+    "9.2.5": [_lookup_written, _lookup_sdpa, _lookup_student(_Written), _lookup_student(_Encoder)],
 }
 
 
@@ -447,7 +504,7 @@ def test_9_2_2_the_faint_tap_is_seen_by_the_gradient_alone_on_every_draw():
             assert ok, message
         for answer in wrong:
             ok, message = verdict("9.2.2", answer, seed=seed)
-            assert ok is False and "case 4 of 6" in message and "less than float32 rounds off" in message \
+            assert ok is False and "case 4 of 7" in message and "less than float32 rounds off" in message \
                 and "Measure with the gradient" in message and "with no threshold or tolerance" in message, message
 
 
@@ -596,3 +653,124 @@ def test_9_2_5_a_model_whose_answers_depend_on_the_batch_fails():
         ok, message = verdict("9.2.5", train_lookup, seed=seed)
         assert ok is False and "run alone, a batch of one, differs from its row" in message, message
         assert "over the batch dimension" in message
+
+
+# Students' review (checkers, round 13) --------------------------------------------------------------------------------
+
+def _one_channel(layer, T=64, d=4, output=False):
+    """A student's: the gradient of input channel 0 alone, or (``output``) of output channel 0 alone."""
+    x = torch.randn(1, T, d, requires_grad=True)
+    y = layer(x)[0, -1]
+    (g,) = torch.autograd.grad(y[0] if output else y.sum(), x)
+    seen = g[0].abs().sum(-1) > 0 if output else g[0, :, 0] != 0
+    return T - 1 - int(seen.nonzero()[0])
+
+
+def test_9_2_2_a_gradient_through_one_channel_fails_every_check():
+    """D7: the gradient of input channel 0 alone, or of output channel 0 alone, passed every check: every hidden layer
+    mixed all channels. Now one convolution's farthest tap skips input channel 0 and output channel 0."""
+    for answer in (_one_channel, functools.partial(_one_channel, output=True)):
+        fails_on_every_seed("9.2.2", answer, "That is the reach seen through one channel", seeds=range(20))
+    for answer in RIGHT["9.2.2"]:
+        for seed in range(20):
+            ok, message = verdict("9.2.2", answer, seed=seed)
+            assert ok, (seed, message)
+
+
+def test_9_2_2_half_precision_is_told_that_the_gradient_underflows():
+    def half(layer, T=64, d=4):
+        m = copy.deepcopy(layer).half()
+        x = torch.randn(1, T, d, dtype=torch.float16, requires_grad=True)
+        (g,) = torch.autograd.grad(m(x)[0, -1].float().sum(), x)
+        return T - 1 - int((g[0].abs().sum(-1) != 0).nonzero()[0])
+    fails_on_every_seed("9.2.2", half, "the gradient underflows in float16", seeds=range(5))
+
+
+def test_9_2_3_a_nan_from_an_additive_mask_is_named():
+    def additive(x, W_q, W_k, W_v, heads):
+        B, T, d = x.shape
+        q = (x @ W_q).view(B, T, heads, d // heads).transpose(1, 2)
+        M = torch.ones(T, T).triu(1) * float("-inf")                   # 0 * -inf: NaN below the diagonal
+        y = torch.softmax(q @ (x @ W_k)[:, None].mT / (d // heads) ** 0.5 + M, -1) @ (x @ W_v)[:, None]
+        return y.transpose(1, 2).reshape(B, T, d)
+    fails_on_every_seed("9.2.3", additive, "0 times -inf is NaN", seeds=range(5))
+
+
+class _Rule(nn.Module):
+    """A student's: no attention and no training, the lookup decoded from the tokens (``bias``: with a trainable bias
+    on the logits, trained; ``scale``: with a scale on the logits that no training touched)."""
+
+    def __init__(self, vocab, classes, bias=False, scale=False):
+        super().__init__()
+        self.values, self.keys = classes, vocab // (classes + 1)
+        self.bias = nn.Parameter(torch.zeros(classes)) if bias else None
+        self.scale = nn.Parameter(torch.ones(classes)) if scale else None
+
+    def forward(self, tokens, lengths):
+        q = tokens[:, :1] - self.keys * self.values                     # the query's key
+        k, v = tokens[:, 1:] // self.values, tokens[:, 1:] % self.values
+        hit = (k == q) & (torch.arange(1, tokens.shape[1])[None] < lengths[:, None])
+        logits = torch.full((tokens.shape[0], self.values), -10.0).scatter(1, (v * hit).sum(1)[:, None], 10.0)
+        if self.scale is not None:
+            logits = logits * self.scale
+        return logits + self.bias if self.bias is not None else logits
+
+
+def _rule(backward=False, **kwargs):
+    def train_lookup(tokens, lengths, answers, vocab, classes):
+        model = _Rule(vocab, classes, **kwargs)
+        if model.bias is not None:                                      # the bias trained on the examples
+            _train(model, tokens, lengths, answers, steps=50, lr=1e-2)
+        if backward:                                                    # a backward pass, and no step
+            F.cross_entropy(model(tokens, lengths), answers).backward()
+        return model
+    return train_lookup
+
+
+def test_9_2_5_a_rule_written_by_hand_fails_every_check():
+    """D6: a hand-written rule with no attention and no training passed every check. Now the model must compute its
+    logits with parameters that its training changed, and with their entries shuffled it must fall below the level."""
+    for answer, told in ((_rule(), "has no parameters that its outputs are computed from"),
+                         (_rule(scale=True), "no backward pass ran"),
+                         (_rule(scale=True, backward=True), "training changed none of the parameters"),
+                         (_rule(bias=True), "with the entries of each of its parameters shuffled")):
+        fails_on_every_seed("9.2.5", answer, told, seeds=range(5))
+        assert "not for a rule written by hand" in verdict("9.2.5", answer, seed=0)[1]
+
+
+def test_9_2_5_trained_models_returned_in_other_forms_pass():
+    """D6's check finds a trained model's parameters however it is returned: a function of a module it reads as a
+    global, under no_grad; a module whose parameters no longer require a gradient; a fresh module loaded with the
+    trained weights; a module trained with torch.autograd.grad."""
+    def through_a_global(tokens, lengths, answers, vocab, classes):
+        global _NET
+        _NET = _train(_Lookup(vocab, classes), tokens, lengths, answers)
+
+        def predict(tokens, lengths):
+            with torch.no_grad():
+                return _NET(tokens, lengths)
+        return predict
+
+    def frozen(tokens, lengths, answers, vocab, classes):
+        return _train(_Lookup(vocab, classes), tokens, lengths, answers).requires_grad_(False)
+
+    def reloaded(tokens, lengths, answers, vocab, classes):
+        model = _Lookup(vocab, classes)
+        model.load_state_dict(copy.deepcopy(_train(_Lookup(vocab, classes), tokens, lengths, answers).state_dict()))
+        return model
+
+    def by_autograd_grad(tokens, lengths, answers, vocab, classes):
+        model = _Lookup(vocab, classes)
+        weights = list(model.parameters())
+        optimizer = torch.optim.Adam(weights, lr=5e-3)
+        for _ in range(200):
+            i = torch.randint(len(tokens), (64,))
+            grads = torch.autograd.grad(F.cross_entropy(model(tokens[i], lengths[i]), answers[i]), weights)
+            for w, g in zip(weights, grads, strict=True):
+                w.grad = g
+            optimizer.step()
+        return model
+    for answer in (through_a_global, frozen, reloaded, by_autograd_grad):
+        for seed in range(2):
+            ok, message = verdict("9.2.5", answer, seed=seed)
+            assert ok, (answer.__name__, message)

@@ -1,11 +1,17 @@
 """Section 9.2's checkers, in exercise order: 9.2.1 padding and causal masks combined, 9.2.2 how far back a
 layer sees, measured, 9.2.3 multi-query attention, 9.2.4 padding on the left, 9.2.5 a lookup trained on padded
-batches (open: the outcome is measured).
+batches (open: the outcome is measured). ``Training`` and ``learned``, which 9.3.5 uses too, ask whether an open
+exercise's model was trained, not written by hand.
 
 A hint names the mistake (and may point to the section's equation or figure), never the answer's formula or code."""
 
+import contextlib
+import functools
+import types
+
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from helpers.attention import causal_mask, padding_mask
 from helpers.exercises.judge import (
@@ -133,6 +139,15 @@ def _layer(g, d, T, kind):
             weight[..., 2], weight[..., 1], weight[..., 0] = 0.3, 0.1, _FAINT
             conv.conv.bias.fill_(12.0)
         return torch.nn.Sequential(conv), 3 * dilation
+    if kind == "channels":
+        # A dilated convolution whose farthest tap skips input channel 0 and output channel 0 (d >= 2): the gradient of
+        # one input channel, or of one output channel, misses it, where every other layer here mixes all channels.
+        k, dilation = pick(g, (3, 4, 5)), pick(g, (1, 2))
+        conv = _Conv(d, k, dilation)
+        with torch.no_grad():
+            conv.conv.weight[:, 0, 0] = 0.0
+            conv.conv.weight[0, :, 0] = 0.0
+        return torch.nn.Sequential(conv), (k - 1) * dilation
     return torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.Tanh()), 0
 
 
@@ -144,15 +159,21 @@ _TINY = ("A small effect is still a dependence: this layer's farthest input has 
          "gradient that is not exactly zero, with no threshold or tolerance such as torch.allclose's.")
 
 
+_ONE_CHANNEL = ("That is the reach seen through one channel: this layer's farthest input reaches the last output "
+                "through other channels only (not input channel 0, nor output channel 0). Count an input position when "
+                "the gradient of any channel of the last output with respect to any of its channels is not zero.")
+
+
 @exercise("9.2.2", "Your measurement finds how far back the last output sees for a convolution, one whose farthest "
                    "input has a faint weight, windowed and full causal attention, a stack of them, and a layer that "
                    "sees only its own position.")
 def _(answer):
     g = generator()
-    # One case of each kind, every check, so that the message holds for each run. Cases 1-4 see back 1 .. T - 2
-    # positions, case 5 all T - 1 and case 6 none: the first failing case then tells each mistake apart.
-    # Case 4 is a convolution whose farthest input has a tiny weight: dependence, not strength, counts.
-    kinds = ("conv", "window", "stack", "faint", "attention", "pointwise")
+    # One case of each kind, every check, so that the message holds for each run. Cases 1-5 see back 1 .. T - 2
+    # positions, case 6 all T - 1 and case 7 none: the first failing case then tells each mistake apart.
+    # Case 4 is a convolution whose farthest input has a tiny weight: dependence, not strength, counts. Case 5 is one
+    # whose farthest tap skips input channel 0 and output channel 0: every channel counts.
+    kinds = ("conv", "window", "stack", "faint", "channels", "attention", "pointwise")
     for k, kind in enumerate(kinds, 1):
         # (Not T = 16 for the faint layer: with dilation 3 its reach, 9, would be T - 1 - 6, and 6, the reach that a
         # comparison of float32 outputs finds, would also fit the hint for an answer that returns the input's index.)
@@ -178,7 +199,12 @@ def _(answer):
                                                       "whose gradient is not exactly zero (not the latest such position, "
                                                       "nor the one with the largest gradient)."),
         ]
-        if kind in ("conv", "faint"):
+        if kind == "channels":
+            with torch.enable_grad():
+                (first,) = torch.autograd.grad(layer(x)[0, -1, 0], x)        # output channel 0 alone
+            mistakes += [(T - 1 - int((grad[0, :, 0] != 0).nonzero()[0]), _ONE_CHANNEL),
+                         (T - 1 - int((first[0].abs().sum(-1) > 0).nonzero()[0]), _ONE_CHANNEL)]
+        if kind in ("conv", "faint"):                # (the conv and faint cases, earlier, tell these apart already)
             mistakes += [
                 (int((size > 0).sum()) - 1, "That counts the inputs the last output depends on, minus one: a dilated "
                                             "convolution skips the inputs between its taps, so the reach is the distance "
@@ -189,7 +215,13 @@ def _(answer):
                 (T - 1 - int((size > 1e-4).nonzero()[0]), _TINY),
             ]
         case = f"case {k} of {len(kinds)} (a hidden layer, T = {T}, d = {d})"
-        got = as_integer(call(answer, layer, T, d, case=case), case, "reach")
+        watch = Watch(half_refused=False)
+        got = as_integer(call(answer, layer, T, d, case=case, watch=watch), case, "reach")
+        if got != want and watch.half is not None:
+            raise Wrong(f"{case}: expected {want}, got {got}. Your function computed with {watch.half} tensors: "
+                        + ("the gradient underflows in float16, whose smallest number is about 6e-8, so a faint "
+                           "dependence gives a gradient of exactly zero. " if watch.half == torch.float16 else
+                           "they keep about 2 significant digits. ") + "Compute in float32 or float64.")
         compare_number(got, want, case, exact=True, what="reach", mistakes=mistakes,
                        hint="No usual mistake fits: measure on one layer you know first (the section's CausalConv with "
                             "kernel 3 reaches 2 back), differentiating output T - 1 alone.")
@@ -246,6 +278,10 @@ def _(answer):
                                              "instead of each query's."),
             (_mqa(x, Wq, Wk, Wv, H, causal="transposed"), "The mask is transposed: it hides the keys before each "
                                                           "query, not after it."),
+            (torch.full_like(want, float("nan")), "Every entry is NaN: a NaN in a row of scores makes its whole softmax "
+                                                  "NaN. An additive mask made by multiplying by -inf holds NaN where it "
+                                                  "should hold 0 (0 times -inf is NaN, not 0): put -inf only where a key "
+                                                  "is hidden (masked_fill, or torch.where)."),
         ]
         compare(call(answer, x, Wq, Wk, Wv, H, case=case), want, case, mistakes=mistakes,
                 hint="Every head's queries should attend to the one shared key head and value head: check your "
@@ -284,6 +320,160 @@ def _(answer):
                      "compare.")
 
 
+# The open exercises (9.2.5 and 9.3.5): a model trained, not written by hand ---------------------------------------------
+
+_BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
+
+
+def _leaves(roots):
+    """The leaf tensors that require a gradient in the autograd graphs of ``roots`` (a tensor or a sequence of them)."""
+    roots = [roots] if isinstance(roots, torch.Tensor) else list(roots) if isinstance(roots, tuple | list) else []
+    roots = [t for t in roots if isinstance(t, torch.Tensor) and t.requires_grad]
+    leaves = [t for t in roots if t.grad_fn is None]                # a root that is a leaf itself
+    nodes, seen = [t.grad_fn for t in roots if t.grad_fn is not None], set()
+    while nodes:
+        node = nodes.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)               # an AccumulateGrad node: a leaf
+        if isinstance(variable, torch.Tensor):
+            leaves.append(variable)
+        nodes.extend(following for following, _ in node.next_functions)
+    return leaves
+
+
+class Training:
+    """A ``Watch`` refusal that refuses nothing: it notes the answer's backward passes (``backward``,
+    ``torch.autograd.backward`` or ``torch.autograd.grad``) and, the first time a pass reaches a leaf tensor (a
+    parameter), that tensor as it was before any step, so that afterwards one can tell which of them training changed."""
+
+    def __init__(self):
+        self.passes, self.before = 0, {}
+
+    def __call__(self, func, args, kwargs):
+        if func in _BACKWARD:
+            self.passes += 1
+            roots = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+            extra = (args[1] if len(args) > 1 else kwargs.get("inputs")) if func is torch.autograd.grad else None
+            for leaf in _leaves(roots) + _leaves(extra if extra is not None else []):
+                if id(leaf) not in self.before:
+                    self.before[id(leaf)] = (leaf, leaf.detach().clone())
+        return False
+
+    def changed(self, tensors):
+        """Whether training changed one of ``tensors``: a tensor a backward pass reached and that differs from what it
+        was then, or (a copy made after training, such as ``copy.deepcopy(model)``) one that differs from every tensor
+        of its shape that a backward pass reached."""
+        def differ(a, b):
+            return a.shape != b.shape or not torch.equal(a.detach().double(), b.double())
+        for t in tensors:
+            if id(t) in self.before and self.before[id(t)][0] is t:
+                if differ(t, self.before[id(t)][1]):
+                    return True
+                continue
+            same_shape = [b for _, b in self.before.values() if b.shape == t.shape]
+            if same_shape and all(differ(t, b) for b in same_shape):
+                return True
+        return False
+
+
+def _held(obj, found, seen, depth=0):
+    """Adds to ``found`` the parameters (and tensors that require a gradient) that ``obj`` holds: a module's, or those
+    of the modules a function closes over or reads as globals, a bound method's object, a ``functools.partial``'s
+    arguments, a container's items, a few levels deep (a model may be returned as a function of trained modules)."""
+    if depth > 4 or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, nn.Module):
+        found.extend(obj.parameters())
+    elif isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() and obj.requires_grad:
+            found.append(obj)
+    elif isinstance(obj, types.FunctionType):
+        for cell in obj.__closure__ or ():
+            with contextlib.suppress(ValueError):            # a cell not yet filled
+                _held(cell.cell_contents, found, seen, depth + 1)
+        codes, names = [obj.__code__], set()
+        while codes:                                         # the globals it (or a function nested in it) reads
+            code = codes.pop()
+            names.update(code.co_names)
+            codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        for name in sorted(names & obj.__globals__.keys()):
+            if isinstance(obj.__globals__[name], nn.Module | torch.Tensor | types.FunctionType | tuple | list | dict):
+                _held(obj.__globals__[name], found, seen, depth + 1)
+    elif isinstance(obj, types.MethodType):
+        _held(obj.__self__, found, seen, depth + 1)
+    elif isinstance(obj, functools.partial):
+        for item in (obj.func, *obj.args, *obj.keywords.values()):
+            _held(item, found, seen, depth + 1)
+    elif isinstance(obj, tuple | list | dict):
+        for item in obj.values() if isinstance(obj, dict) else obj:
+            _held(item, found, seen, depth + 1)
+
+
+def _computed_with(model, *inputs):
+    """The distinct floating-point tensors that training could set and that ``model``'s outputs come from: the leaves
+    of the graph of ``model(*inputs)``, run with gradients on, and the parameters ``model`` holds."""
+    found = []
+    try:
+        with torch.enable_grad():
+            out = model(*inputs)
+        found += _leaves(out if isinstance(out, torch.Tensor) else [])
+    except Exception:  # noqa: BLE001 (the model ran on such inputs before: this only asks what it computes with)
+        pass
+    _held(model, found, set())
+    unique = {}
+    for t in found:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            unique.setdefault(id(t), t)
+    return list(unique.values())
+
+
+@contextlib.contextmanager
+def _shuffled(tensors, g):
+    """Each of ``tensors`` with its entries in a random order drawn from ``g``, in place, for the body of the ``with``;
+    put back afterwards. A trained model's weights shuffled so are noise of the same size: what it learned is gone,
+    where a rule written in its code, with or without parameters that take no part in it, does as well as before."""
+    saved = []
+    try:
+        with torch.no_grad():
+            for t in tensors:
+                original = t.detach().clone()
+                try:
+                    t.copy_(original.flatten()[torch.randperm(t.numel(), generator=g)].reshape(t.shape))
+                except RuntimeError:                          # a tensor that cannot be written in place: left as it is
+                    continue
+                saved.append((t, original))
+        yield
+    finally:
+        with torch.no_grad():
+            for t, original in reversed(saved):
+                t.copy_(original)
+
+
+def learned(model, inputs, training, score, level, case, told):
+    """Wrong unless ``model`` computes its outputs with parameters that its training (``training``, the ``Training``
+    watched while the answer ran) changed, and unless ``score()``, its held-out accuracy, falls below ``level`` when
+    the entries of each of those parameters are shuffled. ``told`` ends each message: what the exercise asks for."""
+    weights = _computed_with(model, *inputs)
+    if not weights:
+        raise Wrong(f"{case}: the model you returned has no parameters that its outputs are computed from. {told}")
+    if not training.changed(weights):
+        ran = ("no backward pass ran in your function" if training.passes == 0 else
+               "training changed none of the parameters that the model's outputs are computed from")
+        raise Wrong(f"{case}: {ran}. Train the model you return on the examples: a loss, its backward pass, and "
+                    f"optimizer steps on that model's parameters. {told}")
+    with _shuffled(weights, torch.Generator().manual_seed(fresh().integer(0, 2 ** 31 - 1))):
+        try:
+            still = score()
+        except Wrong:                                         # it no longer runs: its parameters were what it used
+            still = 0.0
+    if still >= level:
+        raise Wrong(f"{case}: with the entries of each of its parameters shuffled, the model is still right on "
+                    f"{still:.0%} of the new examples: what it does is written in its code, not learned. {told}")
+
+
 # 9.2.5: a lookup trained on padded batches (open: the outcome is measured) -------------------------------------------
 
 LEVEL = 0.9     # held-out accuracy: the reference 0.995 or more in 197 checks of 200, 0.969 at worst; a model that sees
@@ -314,6 +504,10 @@ def lookups(N, keys, values, slots, generator):
     real = torch.arange(slots)[None, :] < n[:, None]
     pairs = torch.where(real, key * values + value, leftover)
     return torch.cat([(keys * values + query)[:, None], pairs], 1), n + 1, answer
+
+
+_TRAIN = ("The exercise asks for a model built around self-attention whose parameters (an embedding, the attention's "
+          "projections, a readout) are trained on the examples, not for a rule written by hand.")
 
 
 def _answers(model, tokens, lengths, case, what):
@@ -360,9 +554,11 @@ def _lookup(answer):
             f"vocab = {vocab}, classes = {values})")
     draw = torch.Generator().manual_seed(r.integer(0, 2**31 - 1))
     tokens, lengths, answers = lookups(2000, keys, values, slots, draw)
+    training = Training()
     with torch.random.fork_rng():
         torch.manual_seed(r.integer(0, 2**31 - 1))          # the answer's own draws (its initialization, its batches)
-        model = call(answer, tokens, lengths, answers, vocab, values, case=case)
+        model = call(answer, tokens, lengths, answers, vocab, values, case=case,
+                     watch=Watch(training, "", half_refused=False))
     if not callable(model):
         raise Wrong(f"{case}: return the trained model (called as model(tokens, lengths), it gives logits), got "
                     f"{type(model).__name__}")
@@ -399,6 +595,11 @@ def _lookup(answer):
         # Right often enough: unless each lookup's answer depends on the rest of its batch.
         alone(lambda t, k: _answers(model, t, k, case, "one held-out lookup alone"), (x, n), logits, case,
               "held-out lookup")
+        # ... and unless it was written by hand rather than trained: what a trained model does lives in parameters
+        # that its training changed, and with their entries shuffled it is near a guess.
+        learned(model, (x[:8], n[:8]), training,
+                lambda: (_answers(model, x, n, case, "held-out lookups").argmax(-1) == y).double().mean().item(),
+                LEVEL, case, _TRAIN)
         return
     shown = f"held-out accuracy {accuracy:.1%}, below the level {LEVEL:.0%}"
     last = x.gather(1, (n - 1)[:, None])[:, 0] == (x[:, 0] - keys * values) * values + y    # answer in the last real slot

@@ -2,12 +2,16 @@
 beyond its trained length, 9.3.3 stretching RoPE's context, 9.3.5 a model that needs positions (9.3.4 is
 written)."""
 
+import math
+
 import torch
 from torch import nn
 
 from helpers.exercises.judge import (
     Watch,
     Wrong,
+    _Raised,
+    _raised,
     alone,
     call,
     cases,
@@ -18,8 +22,22 @@ from helpers.exercises.judge import (
     generator,
     on_batches,
 )
+from helpers.exercises.s9_2 import Training, learned
 
 # 9.3.1: the content advantage that overrides ALiBi's penalty ------------------------------------------------
+
+def _finite(got, want, case, what, power):
+    """Wrong, naming the overflow, where the answer returned infinity or NaN for a finite ``want``."""
+    try:
+        value = float(got.item() if isinstance(got, torch.Tensor) and got.numel() == 1 else got)
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return                                                  # not a number: compare_number says so
+    if not math.isfinite(value):
+        raise Wrong(f"{case}: the {what} should be a finite number, expected {want:.5g}, got {value}: {power} overflows "
+                    "or underflows here (a float64 ends near e^709 and e^-745, so e^1024 is inf and e^-1024 is 0; "
+                    "inf / inf and 0 / 0 are NaN). Keep the exponents small: work with logarithms, or take out the "
+                    "largest exponent before exponentiating.")
+
 
 def _advantage(m, T, delta, others=True, penalty=True, itself=False):
     dist = torch.arange(T, dtype=torch.float64)
@@ -32,13 +50,15 @@ def _advantage(m, T, delta, others=True, penalty=True, itself=False):
 def _(answer):
     r = fresh()
     # Shown: the steepest and the shallowest head of the section, short and long sequences, near and far keys
-    # (the fourth the farthest key there is), none of them a case the solution prints. The fifth needs the largest
-    # advantage of any case, about 500.9 (the others need 17 at most): a search for b over too small a range, such as
-    # a bisection between 0 and 50, fails it at every check, not only when a hidden case happens to need more.
+    # (the fourth the farthest key there is). The fifth is the steepest head's case in the cell after the exercise,
+    # a key 2,048 back at T = 4,096: its penalty m delta = 1,024 is past e^709, about the largest float64, so an answer that
+    # takes e^(m delta) overflows there (math.exp raises, torch.exp gives inf) at every check, not only when a hidden
+    # case happens to reach so far. It needs the largest advantage of any case, about 1024.9 (the others need 17 at
+    # most): a search for b over too small a range, such as a bisection between 0 and 50, fails it at every check too.
     # Hidden: any slope, length and key, as long as the key's penalty m delta stays below 490, so that no hidden case
     # needs more than 490 + ln(1 / (1 - e^-m)) <= 496.3 (m >= 2^-9).
     shown = [(2.0 ** -1, 16, 3), (2.0 ** -8, 4096, 3000), (2.0 ** -4, 1024, 64), (2.0 ** -6, 100, 99),
-             (2.0 ** -1, 2048, 1000)]
+             (2.0 ** -1, 4096, 2048)]
     hidden = []
     for _ in range(3):
         m, T = r.log_uniform(2 ** -9, 1.0), r.integer(8, 5000)
@@ -50,6 +70,7 @@ def _(answer):
     for case, (m, T, delta) in cases(shown, hidden, describe):
         want = _advantage(m, T, delta)
         got = call(answer, m, T, delta, case=case, watch=Watch())
+        _finite(got, want, case, "advantage", "e to the power of the key's penalty")
         compare_number(got, want, case, what="advantage", mistakes=[
             (_advantage(m, T, delta, others=False), "Your advantage leaves out the other T - 1 keys: they take "
                                                      "weight too, and the key needs as much as all of them together."),
@@ -70,8 +91,12 @@ def _(answer):
         m, T = r.log_uniform(2 ** -10, 1.0), r.integer(2, 3000)
         # A far weight above about e^-6, so that 1 - (near weight) in float32, a right answer, keeps 4 digits.
         hidden.append((m, T, r.integer(0, max(0, min(T - 2, int(6 / m) - 1)))))
-    for case, (m, T, w) in cases([(0.5, 16, 4), (1 / 16, 1024, 64), (2 ** -8, 4096, 512), (0.25, 8, 0)], hidden,
-                                 lambda m, T, w: f"slope {m:.4g}, T = {T}, window {w}"):
+    # The fifth shown case is the steepest head's in the cell after the exercise, beyond 1,023 at T = 4,096: e^(m t)
+    # for a position t overflows there (e^2047.5), so an answer built on it gives NaN at every check, not only when a
+    # hidden case reaches so far. Its far weight, about e^-512, is 0 in float32: the absolute tolerance there is
+    # 1e-6, a few of float32's rounding steps near 1, so that 1 - (near weight) in float32, a right answer, passes.
+    for case, (m, T, w) in cases([(0.5, 16, 4), (1 / 16, 1024, 64), (2 ** -8, 4096, 512), (0.25, 8, 0), (0.5, 4096, 1023)],
+                                 hidden, lambda m, T, w: f"slope {m:.4g}, T = {T}, window {w}"):
         delta = torch.arange(T, dtype=torch.float64)                   # distances of the keys 0 .. T-1 back
         weight = torch.exp(-m * delta)
         want = float(weight[delta > w].sum() / weight.sum())
@@ -84,7 +109,9 @@ def _(answer):
                                                                                           "the distance: ALiBi's bias "
                                                                                           "is a penalty."),
         ]
-        compare_number(call(answer, m, T, w, case=case, watch=Watch()), want, case, atol=1e-12, mistakes=mistakes,
+        got = call(answer, m, T, w, case=case, watch=Watch())
+        _finite(got, want, case, "far weight", "e to the power of a slope times a distance or a position")
+        compare_number(got, want, case, atol=1e-6 if want < 1e-100 else 1e-12, mistakes=mistakes,
                        hint="Compare your weights with those of Figure 9.3.3's cell, which come from the bias alone.")
 
 
@@ -137,7 +164,18 @@ def _(answer):
                     "as position t / scale is at scale 1." if right_at_one and scale != 1 else
                     "At scale 1 your function should equal the section's rope: try that first.")
             compare(call(answer, x, scale, case=case), want, case, mistakes=mistakes, hint=hint)
-        on_batches(run, r.randn(*shape, dtype=dtype), case=case, name=name)
+        x = r.randn(*shape, dtype=dtype)
+        try:
+            on_batches(run, x, case=case, name=name)
+        except _Raised as raised:
+            # Right on one matrix of the batch, and it raised unpacking: x.shape read as two sizes (T, d = x.shape).
+            if raised.flat and x.dim() > 2 and isinstance(raised.error, ValueError) \
+                    and "values to unpack" in str(raised.error):
+                raise Wrong(f"On {raised.case}, {name} {_raised(raised.error, name)}. It works on 2-D inputs only (it is "
+                            "right on one matrix of this batch): x.shape holds the batch's sizes in front of T and d, "
+                            "so it does not unpack into two names: use x.shape[-2:], the last two. (And on a batch, "
+                            "swap the last two dims with .transpose(-2, -1) or .mT, and multiply with @.)") from None
+            raise
         right_at_one = right_at_one or scale == 1
 
 
@@ -175,11 +213,15 @@ def _order_logits(model, tokens, case, name, what):
     return out.detach().double()
 
 
+_TRAIN = ("The exercise asks for a model with an attention layer and a position encoding whose parameters are trained "
+          "on the sequences, not for a rule written by hand.")
+
+
 def _accuracy(logits, labels):
     return (logits.argmax(-1) == labels).double().mean().item()
 
 
-def _trained(answer, tokens, labels, case, seed, **kwargs):
+def _trained(answer, tokens, labels, case, seed, training=None, **kwargs):
     """The model ``answer`` returns, trained with the reader's draws (initialization, batches) seeded by the check, on
     one thread: a model this small trains fastest there, and on a busy machine two threads can wait on each other for
     most of the check's time."""
@@ -188,7 +230,8 @@ def _trained(answer, tokens, labels, case, seed, **kwargs):
         torch.set_num_threads(1)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = call(answer, tokens, labels, case=case, **kwargs)
+            model = call(answer, tokens, labels, case=case,
+                         watch=None if training is None else Watch(training, "", half_refused=False), **kwargs)
     finally:
         torch.set_num_threads(threads)
     if not isinstance(model, nn.Module):
@@ -215,7 +258,8 @@ def _(answer):
     def same(x, y):                 # the same logits, up to the rounding of a sum taken in another order
         return (x - y).abs().max().item() <= 1e-4 * (1 + y.abs().max().item())
 
-    model = _trained(answer, tokens, labels, case, r.integer(0, 2 ** 31 - 1))
+    training = Training()
+    model = _trained(answer, tokens, labels, case, r.integer(0, 2 ** 31 - 1), training)
     logits = _order_logits(model, new, case, name, "new sequences")
     accuracy = _accuracy(logits, new_labels)
     if accuracy < NEEDED:
@@ -244,11 +288,20 @@ def _(answer):
                     "or with a larger learning rate.")
     # Right often enough: unless each sequence's answer depends on the rest of its batch.
     alone(lambda x: _order_logits(model, x, case, name, "one new sequence alone"), (new,), logits, case, "new sequence")
+    # ... and unless it was written by hand rather than trained: what a trained model does lives in parameters that its
+    # training changed, and with their entries shuffled it is near chance.
+    learned(model, (new[:8],), training,
+            lambda: _accuracy(_order_logits(model, new, case, name, "new sequences"), new_labels), NEEDED, case, _TRAIN)
     # Without positions the same model must not tell the two orders apart.
     case = case + ", use_positions=False"
     blind = _trained(answer, tokens, labels, case, r.integer(0, 2 ** 31 - 1), use_positions=False)
     logits = _order_logits(blind, new, case, name, "new sequences")
+    if not same(_order_logits(blind, new, case, name, "new sequences"), logits):
+        raise Wrong(f"{case}: the model gives other logits each time it sees the same new sequences (random logits?): "
+                    "without positions it should be the same model, trained, whose logits are the "
+                    "same for a sequence and for that sequence with A and B swapped.")
     if not same(_order_logits(blind, swapped, case, name, "new sequences"), logits):
-        raise Wrong(f"{case}: the model still tells A first from B first (it is right on "
-                    f"{_accuracy(logits, new_labels):.0%} of the new sequences): with use_positions=False leave out every "
-                    "source of position, the encoding and any causal mask.")
+        raise Wrong(f"{case}: its logits change when A and B change places (it is right on "
+                    f"{_accuracy(logits, new_labels):.0%} of the new sequences), so it still sees where they are: with "
+                    "use_positions=False leave out every source of position, the encoding and any causal mask, or "
+                    "reading one position's output: pool over positions.")
