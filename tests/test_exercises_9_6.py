@@ -307,7 +307,9 @@ NEW_WRONG = {
     ],
 }
 
-RIGHT = {"9.6.5": [_cnn, _vit_epochs, _cnn_pooled, _vit_data_loader]}
+# _vit_data_loader is not listed: 8 epochs of an unseeded DataLoader reach 90% on some runs only (73% in a full
+# `make test` on 2026-12-03), so it is an undertrained answer, not a right one the checker must accept.
+RIGHT = {"9.6.5": [_cnn, _vit_epochs, _cnn_pooled]}
 
 
 # The tests every section runs (exercises_common.py) ---------------------------------------------------------------
