@@ -5,18 +5,15 @@ exercise's model was trained, not written by hand.
 
 A hint names the mistake (and may point to the section's equation or figure), never the answer's formula or code."""
 
-import contextlib
-import functools
-import types
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from helpers.attention import causal_mask, padding_mask
 from helpers.exercises.judge import (
     Watch,
     Wrong,
+    _graph_leaves,
     alone,
     as_integer,
     call,
@@ -27,7 +24,9 @@ from helpers.exercises.judge import (
     fresh,
     generator,
     inside,
+    parameters_of,
     pick,
+    shuffled,
 )
 
 # 9.2.1: padding and causal masks combined -------------------------------------------------------------------
@@ -328,19 +327,7 @@ _BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad
 def _leaves(roots):
     """The leaf tensors that require a gradient in the autograd graphs of ``roots`` (a tensor or a sequence of them)."""
     roots = [roots] if isinstance(roots, torch.Tensor) else list(roots) if isinstance(roots, tuple | list) else []
-    roots = [t for t in roots if isinstance(t, torch.Tensor) and t.requires_grad]
-    leaves = [t for t in roots if t.grad_fn is None]                # a root that is a leaf itself
-    nodes, seen = [t.grad_fn for t in roots if t.grad_fn is not None], set()
-    while nodes:
-        node = nodes.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        variable = getattr(node, "variable", None)               # an AccumulateGrad node: a leaf
-        if isinstance(variable, torch.Tensor):
-            leaves.append(variable)
-        nodes.extend(following for following, _ in node.next_functions)
-    return leaves
+    return [leaf for root in roots for leaf in _graph_leaves(root)]
 
 
 class Training:
@@ -378,85 +365,11 @@ class Training:
         return False
 
 
-def _held(obj, found, seen, depth=0):
-    """Adds to ``found`` the parameters (and tensors that require a gradient) that ``obj`` holds: a module's, or those
-    of the modules a function closes over or reads as globals, a bound method's object, a ``functools.partial``'s
-    arguments, a container's items, a few levels deep (a model may be returned as a function of trained modules)."""
-    if depth > 4 or id(obj) in seen:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, nn.Module):
-        found.extend(obj.parameters())
-    elif isinstance(obj, torch.Tensor):
-        if obj.is_floating_point() and obj.requires_grad:
-            found.append(obj)
-    elif isinstance(obj, types.FunctionType):
-        for cell in obj.__closure__ or ():
-            with contextlib.suppress(ValueError):            # a cell not yet filled
-                _held(cell.cell_contents, found, seen, depth + 1)
-        codes, names = [obj.__code__], set()
-        while codes:                                         # the globals it (or a function nested in it) reads
-            code = codes.pop()
-            names.update(code.co_names)
-            codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-        for name in sorted(names & obj.__globals__.keys()):
-            if isinstance(obj.__globals__[name], nn.Module | torch.Tensor | types.FunctionType | tuple | list | dict):
-                _held(obj.__globals__[name], found, seen, depth + 1)
-    elif isinstance(obj, types.MethodType):
-        _held(obj.__self__, found, seen, depth + 1)
-    elif isinstance(obj, functools.partial):
-        for item in (obj.func, *obj.args, *obj.keywords.values()):
-            _held(item, found, seen, depth + 1)
-    elif isinstance(obj, tuple | list | dict):
-        for item in obj.values() if isinstance(obj, dict) else obj:
-            _held(item, found, seen, depth + 1)
-
-
-def _computed_with(model, *inputs):
-    """The distinct floating-point tensors that training could set and that ``model``'s outputs come from: the leaves
-    of the graph of ``model(*inputs)``, run with gradients on, and the parameters ``model`` holds."""
-    found = []
-    try:
-        with torch.enable_grad():
-            out = model(*inputs)
-        found += _leaves(out if isinstance(out, torch.Tensor) else [])
-    except Exception:  # noqa: BLE001 (the model ran on such inputs before: this only asks what it computes with)
-        pass
-    _held(model, found, set())
-    unique = {}
-    for t in found:
-        if isinstance(t, torch.Tensor) and t.is_floating_point():
-            unique.setdefault(id(t), t)
-    return list(unique.values())
-
-
-@contextlib.contextmanager
-def _shuffled(tensors, g):
-    """Each of ``tensors`` with its entries in a random order drawn from ``g``, in place, for the body of the ``with``;
-    put back afterwards. A trained model's weights shuffled so are noise of the same size: what it learned is gone,
-    where a rule written in its code, with or without parameters that take no part in it, does as well as before."""
-    saved = []
-    try:
-        with torch.no_grad():
-            for t in tensors:
-                original = t.detach().clone()
-                try:
-                    t.copy_(original.flatten()[torch.randperm(t.numel(), generator=g)].reshape(t.shape))
-                except RuntimeError:                          # a tensor that cannot be written in place: left as it is
-                    continue
-                saved.append((t, original))
-        yield
-    finally:
-        with torch.no_grad():
-            for t, original in reversed(saved):
-                t.copy_(original)
-
-
 def learned(model, inputs, training, score, level, case, told):
     """Wrong unless ``model`` computes its outputs with parameters that its training (``training``, the ``Training``
     watched while the answer ran) changed, and unless ``score()``, its held-out accuracy, falls below ``level`` when
     the entries of each of those parameters are shuffled. ``told`` ends each message: what the exercise asks for."""
-    weights = _computed_with(model, *inputs)
+    weights = parameters_of(model, *inputs)
     if not weights:
         raise Wrong(f"{case}: the model you returned has no parameters that its outputs are computed from. {told}")
     if not training.changed(weights):
@@ -464,7 +377,7 @@ def learned(model, inputs, training, score, level, case, told):
                "training changed none of the parameters that the model's outputs are computed from")
         raise Wrong(f"{case}: {ran}. Train the model you return on the examples: a loss, its backward pass, and "
                     f"optimizer steps on that model's parameters. {told}")
-    with _shuffled(weights, torch.Generator().manual_seed(fresh().integer(0, 2 ** 31 - 1))):
+    with shuffled(weights, torch.Generator().manual_seed(fresh().integer(0, 2 ** 31 - 1))):
         try:
             still = score()
         except Wrong:                                         # it no longer runs: its parameters were what it used
