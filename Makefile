@@ -53,11 +53,11 @@ test: $(STAMP)  ## unit tests, pair sync, ruff, and nbval over every stored note
 
 # One notebook, for the edit loop: nbval on its .ipynb, its pair and caption tests, the unit tests of
 # the helpers modules it imports and its own section's checker tests (tests/check.py picks them), and ruff.
-# Two workers, a file each at a time: nbval's notebook on one core, the unit tests on the other.
+# Two workers: the notebook's cells in order on one (one group: conftest.py), the unit tests shared out one by one.
 check: $(STAMP)  ## check one notebook fast: nbval, its pair and captions, its helpers' unit tests (NB=notebooks/x.md)
 	@test "$(origin NB)" = "command line" || { echo "name the notebook: make check NB=notebooks/9.6-images-and-other-data.md" >&2; exit 2; }
 	$(BIN)/ruff check helpers tests notebooks book conftest.py
-	@args=$$($(BIN)/python tests/check.py $(NB)) && echo "pytest -q -n 2 --dist loadfile $$args" && $(BIN)/pytest -q -n 2 --dist loadfile $$args
+	@args=$$($(BIN)/python tests/check.py $(NB)) && echo "pytest -q -n 2 --dist loadgroup $$args" && $(BIN)/pytest -q -n 2 --dist loadgroup $$args
 
 guarantees: $(STAMP)  ## execute the chapter again under a simulated hardware matrix (CPU kernels, MKL, threads), offline; and the student edition
 	$(BIN)/pytest -m chapter -n 2 --dist loadgroup tests/test_chapter.py tests/test_outside.py tests/test_student.py -v

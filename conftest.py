@@ -10,6 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 _scratch = None
 
 
@@ -30,6 +32,15 @@ def pytest_unconfigure(config):
 def pytest_collectstart(collector):
     if collector.fspath and collector.fspath.ext == ".ipynb":
         collector.skip_compare += ("stderr",)
+
+
+@pytest.hookimpl(tryfirst=True)     # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    """A notebook's cells run in order in one kernel: under `--dist loadgroup` (make check) they form one group, on
+    one worker, while the unit tests are shared out one by one between the workers."""
+    for item in items:
+        if item.fspath.ext == ".ipynb":
+            item.add_marker(pytest.mark.xdist_group(item.fspath.purebasename))
 
 
 def pytest_terminal_summary(terminalreporter):

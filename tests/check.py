@@ -48,6 +48,31 @@ def modules(source):
     return found
 
 
+# The figure tests parametrized by case (test_mechanisms.py's CASES, each drawing one function of helpers.mechanisms or
+# helpers.diagrams): a notebook's check keeps the cases of the functions it imports and deselects the rest, which draw
+# other sections' figures (about 20 s of the 9.6 check's 40 before).
+CASE = re.compile(r'^\s+"([\w-]+)": lambda: (?:mechanisms|diagrams)\.(\w+)\(', re.M)
+BY_CASE = ("test_each_figure_is_readable_at_the_sites_width", "test_each_figures_coloured_lines_are_legible_on_white",
+           "test_each_figure_renders_to_the_same_svg_bytes")
+
+
+def imported(source):
+    """The names ``source`` imports from helpers modules (``from helpers.mechanisms import vit_tokens``)."""
+    return {n.strip() for _, names, _ in IMPORT.findall(source) for n in names.strip("()").split(",") if n.strip()}
+
+
+def other_figures(md):
+    """--deselect arguments for the figure cases that draw with functions notebook ``md`` does not import."""
+    names = imported(md.read_text())
+    cases = CASE.findall((TESTS / "test_mechanisms.py").read_text())
+    cases = [f"--deselect=tests/test_mechanisms.py::{test}[{case}]"
+             for case, function in cases if function not in names for test in BY_CASE]
+    # ... and the tests named after a diagram of helpers.mechanisms it does not draw (each draws one figure alone;
+    # a node id given to --deselect is a prefix: test_kv_cache deselects test_kv_cache_totals_add_up_...).
+    drawn = re.findall(r"^def ([a-z]\w*)\(", (ROOT / "helpers" / "mechanisms.py").read_text(), re.M)
+    return cases + [f"--deselect=tests/test_mechanisms.py::test_{function}_" for function in drawn if function not in names]
+
+
 def arguments(md):
     """pytest's arguments for notebook ``md`` (a path to its MyST source)."""
     md = source(md).resolve()                   # notebooks/x.md, notebooks/x.ipynb or notebooks/x
@@ -66,7 +91,8 @@ def arguments(md):
     structure = [f"tests/test_notebooks.py::{name}[{md.stem}]" for name in STRUCTURE]
     structure += [f"tests/{name}[{md.stem}]" for name in LEDGER] + exercises
     own = sorted(str(t.relative_to(ROOT)) for t in related)
-    return [str(md.with_suffix(".ipynb").relative_to(ROOT)), *structure, *own]
+    figures = other_figures(md) if TESTS / "test_mechanisms.py" in related else []
+    return [str(md.with_suffix(".ipynb").relative_to(ROOT)), *structure, *own, *figures]
 
 
 if __name__ == "__main__":

@@ -110,6 +110,16 @@ def test_make_check_runs_the_notebook_its_structure_tests_and_its_helpers_tests(
         "tests/test_attention.py", "tests/test_controls.py", "tests/test_diagrams.py", "tests/test_exercises_9_6.py",
         "tests/test_helpers.py", "tests/test_mechanisms.py", "tests/test_models.py", "tests/test_verify.py",
         "tests/test_vision.py"]
+    # Of the figure tests, those of the diagrams it draws stay and those of other sections' diagrams are deselected.
+    dropped = {a.removeprefix("--deselect=") for a in args if a.startswith("--deselect=")}
+    assert "tests/test_mechanisms.py::test_each_figure_is_readable_at_the_sites_width[kv_cache]" in dropped
+    assert "tests/test_mechanisms.py::test_kv_cache_" in dropped
+    assert not any("[vit_tokens" in a or "[vit_input" in a or "[window_panels" in a or "test_vit_tokens" in a
+                   for a in dropped)
+    # Every figure case is seen by the pattern that reads them (one it missed would silently run, not be lost).
+    cases = re.findall(r'^    "([\w-]+)": lambda', (ROOT / "tests" / "test_mechanisms.py").read_text(), re.M)
+    assert [c for c, _ in check.CASE.findall((ROOT / "tests" / "test_mechanisms.py").read_text())] == cases
+
 
 
 @pytest.mark.parametrize("name", ["9.1-attention-as-lookup.md", "9.1-attention-as-lookup.ipynb", "9.1-attention-as-lookup"])
