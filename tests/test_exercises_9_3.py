@@ -142,7 +142,9 @@ def _order_learned(tokens, labels, use_positions=True):
 
 def _order_causal(tokens, labels, use_positions=True):
     """Right, another way: no encoding at all, the positions from a causal mask (none with use_positions=False)."""
-    return _fit_order(_Order(tokens.shape[1], "none", causal=use_positions), tokens, labels)
+    # It learns more slowly than with an encoding (86% once in CI after LEARN steps, where 160 local draws passed), so
+    # it trains twice as long: a student's right answer, trained enough.
+    return _fit_order(_Order(tokens.shape[1], "none", causal=use_positions), tokens, labels, steps=2 * LEARN)
 
 
 def _order_rope(tokens, labels, use_positions=True):
@@ -301,7 +303,9 @@ NEW_WRONG = {
         # use_positions=False ignored, or the causal mask kept: the second model sees positions however long it trains
         (lambda tokens, labels, use_positions=True: _order(tokens, labels, steps=LEARN if use_positions else IDLE),
          "with use_positions=False leave out every source"),
-        (lambda tokens, labels, use_positions=True: _order_causal(tokens, labels, True) if use_positions else
+        # (with positions it is the reference's model plus the mask, which learns the task as surely as the reference;
+        # the mask alone, _order_causal, once reached only 86% in a full CI run)
+        (lambda tokens, labels, use_positions=True: _order(tokens, labels, causal=True) if use_positions else
          _order(tokens, labels, False, steps=IDLE, causal=True), "the encoding and any causal mask"),
         (lambda tokens, labels, use_positions=True: _Probability(_order(tokens, labels, steps=0)), "to logits (2000, 2)"),
         (lambda tokens, labels, use_positions=True: float(torch.nn.functional.cross_entropy(
