@@ -602,7 +602,7 @@ def test_9_2_5_states_the_checks_level_and_its_reference_clears_it_on_every_draw
     from exercises_common import NOTEBOOKS, run_cell
 
     text = " ".join(NOTEBOOKS["9.2"].read_text().split())
-    assert f"({EXERCISES['9.2.5'].time_limit:g} s at most;" in text and EXERCISES["9.2.5"].time_limit == 60
+    assert f"({EXERCISES['9.2.5'].time_limit:g} s at most)" in text and EXERCISES["9.2.5"].time_limit == 60
     assert f"it must answer {s9_2.LEVEL:.0%} of them right" in text and s9_2.LEVEL == 0.9
     (_, _, _, cell), = [c for c in solutions("9.2") if c[1] == "9.2.5"]
     _, reference = run_cell("9.2", cell, monkeypatch)

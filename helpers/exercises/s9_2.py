@@ -445,8 +445,8 @@ def _same(a, b):
                                                  atol=1e-5 * max(a.abs().max().item(), 1.0))
 
 
-@exercise("9.2.5", "Your model answers held-out lookups above the level, and its answers do not depend on what the "
-                   "padding holds or on how much of it there is.", time_limit=60)
+@exercise("9.2.5", f"Your model answers at least {LEVEL:.0%} of the held-out lookups right, and its answers do not "
+                   "depend on what the padding holds or on how much of it there is.", time_limit=60)
 def _(answer):
     threads = torch.get_num_threads()
     try:
@@ -495,7 +495,7 @@ def _lookup(answer):
             raise Wrong(f"{case}: the answers changed when the first padding slot of each example changed: off by one, "
                         "the model still sees it (lengths counts the query and its pairs, the real tokens).")
         raise Wrong(f"{case}: the answers changed when only the padding changed: the model reads the leftovers, "
-                    "whose stale pairs can carry the query's key. Hide the padding keys from the attention (the "
+                    "whose leftover pairs can carry the query's key. Hide the padding keys from the attention (the "
                     "positions from lengths on), and read the answer from real positions only.")
     wider = torch.cat([x, torch.randint(keys * values, (1000, 3), generator=draw)], 1)
     if not _same(_answers(model, wider, n, case, "the same lookups with 3 more padding slots"), logits):
