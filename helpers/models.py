@@ -239,9 +239,10 @@ class LogitAttention(nn.Module):
 
 
 def init_gpt2(model, layers):
-    """GPT-2's initialization (section 9.4's listing): every weight matrix and embedding N(0, 0.02), biases 0,
-    and the projections that write into the residual stream (parameters named ``out.weight``,
-    ``out_proj.weight`` or ``mlp.2.weight``) N(0, 0.02 / sqrt(2 layers)); norms keep their gains of 1."""
+    """GPT-2's initialization (section 9.4's listing): every weight matrix and embedding normal with mean 0 and
+    standard deviation 0.02, biases 0, and the projections that write into the residual stream (parameters named
+    ``out.weight``, ``out_proj.weight`` or ``mlp.2.weight``) with standard deviation 0.02 / sqrt(2 layers); norms
+    keep their gains of 1."""
     layers = positive_int(layers, "layers")
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -260,9 +261,9 @@ class LanguageModel(nn.Module):
     only) is one dict per block, empty at the start: ``idx`` then continues the tokens already cached, at the
     positions after them. Token and learned position embeddings, ``layers`` ``PreNormBlock``s
     with ``attention()`` (default: causal ``Attention(d, heads)``), a final LayerNorm, and an output layer
-    tied to the token embedding. Every weight matrix and embedding starts as N(0, 0.02), biases at 0, and
-    the two projections that write into the residual stream in each block (the attention's output layer,
-    named ``out`` or ``out_proj``, and the MLP's second layer) as N(0, 0.02 / sqrt(2 layers)).
+    tied to the token embedding. Every weight matrix and embedding starts normal with standard deviation 0.02,
+    biases at 0, and the two projections that write into the residual stream in each block (the attention's output
+    layer, named ``out`` or ``out_proj``, and the MLP's second layer) with standard deviation 0.02 / sqrt(2 layers).
     """
 
     def __init__(self, vocab, T, d, heads, layers, attention=None):
