@@ -212,7 +212,7 @@ NEW_WRONG = {
         (lambda keys, values: _norm(keys, values, own=True), "lowest when each value copies itself"),
         (lambda keys, values: _norm(keys, values, steps=300, lr=0.05, own=True), "lowest when each value copies itself"),
         (lambda keys, values: _norm(keys, values, steps=0), "Did the training run"),               # untrained: r = 1
-        (lambda keys, values: _norm(keys, values, maximize=True), "Did the training run"),        # the wrong way
+        (lambda keys, values: _norm(keys, values, maximize=True), "loss fall"),   # the wrong way: to either end
         (lambda keys, values: _norm(keys, values) ** -0.5, "not a bandwidth"),                     # h, not r
         (lambda keys, values: 30.0, "lowest when each value copies itself"),                       # hard-coded
         (lambda keys, values: 2.0 if keys.shape[1] < 30 else 250.0, "lowest when each value copies itself"),

@@ -299,7 +299,8 @@ def _errors(norms, keys, values, truth):
     return ((weights @ values[..., None]).squeeze(-1) - truth).pow(2).mean((1, 2))
 
 
-_TOO_LARGE = ("A norm this large copies the nearest stored value, noise included. If you trained r to predict each "
+_TOO_LARGE = ("A norm this large copies the nearest stored value, noise included. Did your training's loss fall? One "
+              "that climbs the loss runs off to a norm far too large or too small. If you trained r to predict each "
               "stored value by a lookup among its table's keys, its own key included, that loss is lowest when each "
               "value copies itself, so it always asks for a larger norm: it measures no prediction at all.")
 _TOO_SMALL = ("A norm this small averages over keys far from the query and flattens the function. Did the training "
