@@ -359,7 +359,7 @@ def _windowed_outputs(layer, x, ends, window=None, rotated=None, future=False, n
     return y.transpose(1, 2).reshape(B, N, d) @ layer.out.weight.detach().double().T
 
 
-def _numbers(cache, seen=None):
+def numbers_held(cache, seen=None):
     """How many floating-point numbers ``cache`` holds, in tensors however they are kept: in dicts, lists, tuples,
     deques or any other iterable, and in the attributes of objects (dataclasses, classes with __slots__)."""
     seen = set() if seen is None else seen
@@ -369,14 +369,14 @@ def _numbers(cache, seen=None):
     if isinstance(cache, torch.Tensor):
         return cache.numel() if cache.is_floating_point() else 0
     if isinstance(cache, dict):
-        return sum(_numbers(v, seen) for v in cache.values())
+        return sum(numbers_held(v, seen) for v in cache.values())
     held = [getattr(cache, name) for name in getattr(type(cache), "__slots__", ()) if hasattr(cache, name)]
     held += list(getattr(cache, "__dict__", {}).values())
     try:
         held += list(cache) if not isinstance(cache, torch.nn.Module) else []
     except TypeError:                                # not iterable
         pass
-    return sum(_numbers(v, seen) for v in held)
+    return sum(numbers_held(v, seen) for v in held)
 
 
 @exercise("9.5.5", "Your layer gives every token what full attention restricted to its window gives it, in one call "
@@ -471,8 +471,8 @@ def _(answer):
                         hint="It matches none of the usual mistakes: check your window mask for a call of several "
                              "tokens that follow cached ones, against the positions of both; and keep everything a "
                              "sequence needs in its own cache dict.")
-                if cache is not None and _numbers(cache) > bound:
-                    raise Wrong(f"{where}: after {s + n} tokens your cache holds {_numbers(cache):,} numbers, more "
+                if cache is not None and numbers_held(cache) > bound:
+                    raise Wrong(f"{where}: after {s + n} tokens your cache holds {numbers_held(cache):,} numbers, more "
                                 f"than the keys and values of the last {window} tokens ({bound:,}): keep only what "
                                 "the window still needs.")
                 if cache is not None:
