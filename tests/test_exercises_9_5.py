@@ -35,6 +35,13 @@ def _merge(a, b, rescale=True, upside_down=False, add_maxima=False):
     return m, l_a * r_a + l_b * r_b, acc_a * r_a + acc_b * r_b
 
 
+def _merge_unshifted(a, b):
+    """Wrong: each tile's sums made absolute by exp(m_a), exp(m_b), added, then made relative to the new maximum;
+    equal in exact arithmetic, but exp(m) overflows for scores near 1,000 (NaN turned into 0 to hide it)."""
+    m = torch.maximum(a[0], b[0])
+    return m, *(torch.nan_to_num((x * a[0].exp() + y * b[0].exp()) / m.exp()) for x, y in ((a[1], b[1]), (a[2], b[2])))
+
+
 def _merge_all_empty_only(a, b):
     """Wrong: handles a batch in which every query saw no key, and gives NaN when only some did (a student's)."""
     if torch.isinf(a[0]).all() and torch.isinf(b[0]).all():
@@ -381,6 +388,7 @@ WRONG = {
         (lambda a, b: _merge(a, b, add_maxima=True), "not the sum of the two maxima"),
         (lambda a, b: _merge(a, b)[1:], "return a tuple (m, l, acc)"),
         (_merge_all_empty_only, "Where neither tile saw a key"),
+        (_merge_unshifted, "never a maximum itself"),
     ],
     "9.5.2": [
         (_context(per=lambda L, H, G, dh, B, b: 2 * L * H * dh * B * b), "yours counts the query heads"),

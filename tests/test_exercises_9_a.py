@@ -161,6 +161,8 @@ NEW_WRONG = {
         (lambda q, k, v, m, d_out: slope(q, k, v, m, d_out, "dP"), "go back through the softmax first"),
         (lambda q, k, v, m, d_out: torch.tensor([slope(q, k, v, m, d_out)]), "got a tensor of shape (1,)"),
         (_slope_autograd, "lets autograd compute the derivative"),
+        # sqrt(d) hard-coded as 2 (d = 4): right where d = 4, which every check meets once, wrong at d = 2 and 8
+        (lambda q, k, v, m, d_out: slope(q * q.shape[-1] ** 0.5 / 2, k, v, m, d_out), "Follow Appendix C"),
     ],
 }
 

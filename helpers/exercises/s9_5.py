@@ -41,8 +41,10 @@ def _(answer):
     def describe(m_q, n_a, n_b, d_v, offset):
         shifted = f", tile b's scores shifted by {offset:+g}" if offset else ""
         return f"{m_q} quer{'y' if m_q == 1 else 'ies'}, tiles of {n_a} and {n_b} keys, d_v = {d_v}{shifted}"
-    for case, (m_q, n_a, n_b, d_v, offset) in cases([(3, 4, 5, 2, 0.0), (2, 3, 3, 2, 30.0), (4, 6, 2, 3, -30.0)], hidden,
-                                                    describe):
+    # The fourth shown case puts tile b's scores near 1,000, where exp overflows even in float64: a merge that
+    # exponentiates the maxima themselves (exp(m_a) l_a + exp(m_b) l_b, then divided by exp(m)) fails there only.
+    shown = [(3, 4, 5, 2, 0.0), (2, 3, 3, 2, 30.0), (4, 6, 2, 3, -30.0), (2, 3, 4, 2, 1000.0)]
+    for case, (m_q, n_a, n_b, d_v, offset) in cases(shown, hidden, describe):
         s_a, s_b = r.randn(m_q, n_a) * 3, r.randn(m_q, n_b) * 3 + offset
         v_a, v_b = r.randn(n_a, d_v), r.randn(n_b, d_v)
         a, b = _state(s_a, v_a), _state(s_b, v_b)
@@ -64,7 +66,9 @@ def _(answer):
                  "it should shrink it."),
                 *output,
             ], hint=f"The merged {what} is not what a single pass over both tiles gives: compare your rescaling with "
-                    "the section's loop, which rescales what it accumulated when a block raises the maximum.")
+                    "the section's loop, which rescales what it accumulated when a block raises the maximum."
+                    + (" Here the scores are near 1,000, where exp overflows: exponentiate only differences such as "
+                       "m_a - m, which are at most 0, never a maximum itself." if abs(offset) >= 500 else ""))
     # Queries that saw no key in a tile (a fully masked row, as tiled_attention meets): m = -inf, l = 0, acc = 0 for
     # that tile. Mixed in one batch, as they come: an answer that special-cases a batch of them all fails here.
     case = ("the last case (4 queries: the first saw keys in tile a only, the second in neither tile, the third in "
