@@ -615,8 +615,23 @@ def test_9_5_3_a_symmetrized_pattern_is_rejected():
 
 def test_9_5_3_path_counts_that_overflow_fail_every_check():
     """D3: counting paths in int64 passed every check (20 tokens at most) and printed inf in the notebook's next cell
-    for a band of r = 2 at T = 64. Every check now holds such a band at T >= 64, and says the counts overflow."""
+    for a band of r = 2 at T = 64. Every check now holds such a band at T >= 128, and says the counts overflow."""
     fails_on_every_seed("9.5.3", _connect_counts, "overflow", seeds=range(25))
+
+
+def test_9_5_3_path_counts_in_float32_fail_every_check():
+    """A students' review: path counts in float32 (R = R @ P, not clamped) passed every check; at T = 128, as the
+    notebook's next cell draws, a band of r = 2 needs 64 layers, the counts pass float32's 3.4e38 near 5^55, and inf * 0
+    turns them into NaN, so the answer returned inf there."""
+    def counts32(pattern):
+        P = pattern.float()
+        R = P.clone()
+        for n in range(1, pattern.shape[0] + 1):
+            if (R > 0).all():
+                return n
+            R = R @ P
+        return math.inf
+    fails_on_every_seed("9.5.3", counts32, "overflow", seeds=range(10))
 
 
 def test_9_5_1_the_output_in_place_of_the_state_is_told_so():

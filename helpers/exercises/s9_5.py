@@ -250,7 +250,7 @@ def _pattern(g, T, kinds=("window", "strided", "global", "random", "causal", "bl
 def _(answer):
     g = generator()
     for k in range(1, 8):
-        T = pick(g, (9, 12, 16, 20)) if k < 7 else pick(g, (64, 80, 96))
+        T = pick(g, (9, 12, 16, 20)) if k < 7 else pick(g, (128, 144, 160))
         # Case 1, a window of one neighbour on either side, tells the mistakes apart: T - 1 layers connect every
         # pair, T - 2 hops, T / 2 layers the middle token alone.
         pattern = _pattern(g, T, ("window",), r=1) if k == 1 else _pattern(g, T)
@@ -259,8 +259,9 @@ def _(answer):
         if k == 6:                      # a directed pattern that never connects: symmetrizing it would connect it
             i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
             pattern = ((i - j).abs() <= 1) & (j <= i)
-        if k == 7:                      # a long band, as the notebook's next cell draws: its path counts pass 5^27,
-            pattern = _pattern(g, T, ("window",), r=2)      # past int64's 9.2e18, so counting paths overflows
+        if k == 7:                      # a long band, as the notebook's next cell draws: its path counts pass 5^55,
+            pattern = _pattern(g, T, ("window",), r=2)      # past int64's 9.2e18 and float32's 3.4e38: counting
+            #                                                 paths overflows (in float32 to inf, then inf * 0 = NaN)
         want = _diameter(pattern)
         case = f"case {k} of 7 (a hidden {T} x {T} pattern)"
         got = as_integer(call(answer, pattern, case=case), case, "number of layers", inf_ok=True)
@@ -283,7 +284,7 @@ def _(answer):
 
 
 _OVERFLOW = ("Your count is right on the short patterns and wrong on this long band: if you count paths, the counts "
-             "grow like 5^L here and overflow (an int64 holds 9.2e18 at most). Keep only whether each pair is "
+             "grow like 5^L here and overflow (an int64 holds 9.2e18 at most, a float32 3.4e38). Keep only whether each pair is "
              "connected: booleans, or counts clamped to 1 after each layer.")
 
 
