@@ -460,7 +460,7 @@ def block_diagram(ax):
 
     arrow((stream_x, 0.04), (stream_x, 0.96))                              # the residual stream
     ax.text(stream_x, 0.015, "$x$ (embeddings)", ha="center", va="center")
-    ax.text(stream_x, 0.985, "$x'$", ha="center", va="center")
+    ax.text(stream_x, 0.97, "$x'$", ha="center", va="bottom")                 # clear of the arrowhead
     for y0, layer, color in [(0.12, "multi-head\nattention", ATTENTION_COLOR), (0.55, "MLP", MLP_COLOR)]:
         ax.plot([stream_x, box_x, box_x], [y0, y0, y0 + 0.05], color="black", lw=1.2)
         box(y0 + 0.09, 0.07, "LayerNorm", "white")

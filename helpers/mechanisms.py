@@ -678,7 +678,8 @@ def decoder_only_stack(tokens, n_layers):
                         _head(ax, start, end, PALETTE["vermillion"], lw=1, length=0.1, head=6)
                     else:
                         ax.plot(*zip(start, end, strict=True), lw=0.7, zorder=1, color="0.8")
-            _box(ax, x, y, bw, bh, "", PALETTE["sky"] if k else "0.85")
+            # a block purple, as 9.4's self-attention sublayers (helpers.diagrams); sky is 9.1's and 9.2's keys
+            _box(ax, x, y, bw, bh, "", PALETTE["purple"] if k else "0.85")
     for i, (x, token) in enumerate(zip(xs, tokens, strict=True)):
         ax.text(x, 0.22, token, ha="center", va="center", fontsize=size)
         _arrow(ax, (x, 0.36), (x, levels[0] - bh / 2), lw=1)
