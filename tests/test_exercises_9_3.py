@@ -148,8 +148,10 @@ def _order_causal(tokens, labels, use_positions=True):
 
 
 def _order_rope(tokens, labels, use_positions=True):
-    """Right, another way: RoPE on the queries and keys of a hand-written head (no rotation with use_positions=False)."""
-    return _fit_order(_OrderRope(tokens.shape[1], use_positions), tokens, labels)
+    """Right, another way: RoPE on the queries and keys of a hand-written head (no rotation with use_positions=False).
+    It trains twice LEARN steps: at LEARN it stayed at chance on 1 draw in 70 (57% of the new sequences; 0.9985 at
+    worst on the other 69); at 2 * LEARN that draw reaches 100%, and 0.9995 is the worst of 51 draws."""
+    return _fit_order(_OrderRope(tokens.shape[1], use_positions), tokens, labels, steps=2 * LEARN)
 
 
 class _OrderRope(_Order):
@@ -301,7 +303,9 @@ NEW_WRONG = {
         (lambda tokens, labels, use_positions=True: _Memory(tokens, labels), "learned them by heart"),
         (lambda tokens, labels, use_positions=True: _Peek(labels), "reads their labels"),
         # use_positions=False ignored, or the causal mask kept: the second model sees positions however long it trains
-        (lambda tokens, labels, use_positions=True: _order(tokens, labels, steps=LEARN if use_positions else IDLE),
+        # (Its first model must pass first: at LEARN steps it reached 0.9105 at worst in 60 draws, a hair above 90%;
+        # at 2 * LEARN, 0.982 at worst in 60. The same for the answer without use_positions below.)
+        (lambda tokens, labels, use_positions=True: _order(tokens, labels, steps=2 * LEARN if use_positions else IDLE),
          "with use_positions=False leave out every source"),
         # (with positions it is the reference's model plus the mask, which learns the task as surely as the reference;
         # the mask alone, _order_causal, once reached only 86% in a full CI run)
@@ -312,8 +316,10 @@ NEW_WRONG = {
             _order(tokens, labels, steps=0)(tokens), labels).detach()),
          "should return the trained model (an nn.Module), got float"),
         (_print_model, "it printed its result instead of returning it"),
-        (lambda tokens, labels: _order(tokens, labels), "unexpected keyword argument 'use_positions'"),
+        (lambda tokens, labels: _order(tokens, labels, steps=2 * LEARN), "unexpected keyword argument 'use_positions'"),
         (lambda tokens, labels, use_positions=True: _Rule(), "where 90% is needed"),
+        # (Trained on swapped labels, it stopped at 10% and 16% of the new sequences on 1 draw in 60, and was told it
+        # was at chance; the checker now tells the other way round whenever it is below 40% on new and seen ones.)
         (lambda tokens, labels, use_positions=True: _order(tokens, 1 - labels, use_positions), "the other way round"),
         (lambda tokens, labels, use_positions=True: _fit_order(_Order(8), tokens, labels, steps=5), "raised RuntimeError"),
     ],

@@ -264,10 +264,14 @@ def _(answer):
     accuracy = _accuracy(logits, new_labels)
     if accuracy < NEEDED:
         told = f"{case}: the model is right on {accuracy:.0%} of the new sequences, where {NEEDED:.0%} is needed."
-        if accuracy <= 1 - NEEDED:
-            raise Wrong(f"{told} It is wrong on nearly all of them, so it has learned the rule the other way round: "
-                        "class 1 is \"A comes first\" (are the labels, or the two logits, swapped?).")
         seen = _accuracy(_order_logits(model, tokens, case, name, "its training sequences"), labels)
+        # Wrong on most new sequences and on most of its own training ones: trained the other way round (a model
+        # trained on swapped labels for the tests' 100 steps stopped at 10% and 16% on some draws, 1 in 60, and was
+        # told it was at chance, "(9%)"). A model at chance is near 50% on both.
+        if accuracy <= 1 - NEEDED or max(accuracy, seen) < 0.4:
+            raise Wrong(f"{told} It is wrong on {'nearly all' if accuracy <= 1 - NEEDED else 'most'} of them, so it "
+                        "has learned the rule the other way round: class 1 is \"A comes first\" (are the labels, or "
+                        "the two logits, swapped?).")
         if seen >= NEEDED:
             raise Wrong(f"{told} It is right on {seen:.0%} of its training sequences: it learned them by heart (or "
                         "reads their labels) rather than the rule.")
