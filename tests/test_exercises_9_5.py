@@ -8,6 +8,7 @@ hint (exercises_common.py says how; the shared layout is tested in test_exercise
 
 import collections
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -309,11 +310,11 @@ def _connect_numpy(pattern):
     return math.inf
 
 
-def _connect_counts(pattern):
+def _connect_counts(pattern, dtype=torch.long):
     """Wrong (a students' review): the number of paths in int64, R = R @ P. The counts grow like (2 r + 1)^L and wrap
     past 9.2e18, at T = 64 already for a band of r = 2, and the notebook's next cell printed inf there; the checks'
-    patterns, of 20 tokens at most, never overflowed it."""
-    P = pattern.long()
+    patterns, of 20 tokens at most, never overflowed it. (``dtype``: the same counts in another type.)"""
+    P = pattern.to(dtype)
     R = P.clone()
     for n in range(1, pattern.shape[0] + 1):
         if (R > 0).all():
@@ -623,15 +624,7 @@ def test_9_5_3_path_counts_in_float32_fail_every_check():
     """A students' review: path counts in float32 (R = R @ P, not clamped) passed every check; at T = 128, as the
     notebook's next cell draws, a band of r = 2 needs 64 layers, the counts pass float32's 3.4e38 near 5^55, and inf * 0
     turns them into NaN, so the answer returned inf there."""
-    def counts32(pattern):
-        P = pattern.float()
-        R = P.clone()
-        for n in range(1, pattern.shape[0] + 1):
-            if (R > 0).all():
-                return n
-            R = R @ P
-        return math.inf
-    fails_on_every_seed("9.5.3", counts32, "overflow", seeds=range(10))
+    fails_on_every_seed("9.5.3", functools.partial(_connect_counts, dtype=torch.float32), "overflow", seeds=range(10))
 
 
 def test_9_5_1_the_output_in_place_of_the_state_is_told_so():
