@@ -667,6 +667,21 @@ def test_9_4_5_a_mask_that_hides_every_key_of_a_position_is_told_so():
         assert "diverge" not in message, message
 
 
+def _mask_inverted_nan_weights(batch, vocab, T):
+    """Wrong: the inverted mask trained with a loss over every position: the last one's NaN reached the loss at the first
+    step, and every weight is NaN after it (a students' review, 2026-12-04)."""
+    model = _mask_inverted(batch, vocab, T)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+    return model
+
+
+def test_9_4_5_a_mask_whose_nan_spread_to_every_weight_is_told_it_may_be_the_mask():
+    """NaN logits at every position were blamed on a learning rate alone; the hint now names the hidden row too."""
+    fails_on_every_seed("9.4.5", _mask_inverted_nan_weights, "every key is hidden", seeds=range(3))
+
+
 def test_9_4_5_dropout_left_active_is_told_so():
     """D7: a causal model returned inside a function, its dropout active, was told that it reads ahead."""
     fails_on_every_seed("9.4.5", _dropout_closure, "dropout or another random layer is active", seeds=range(5))

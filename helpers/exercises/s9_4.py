@@ -308,7 +308,11 @@ def _(answer):
                         "key is hidden gives NaN, a softmax over no key. Is the mask inverted (nn.MultiheadAttention "
                         "hides where its mask is True, scaled_dot_product_attention where it is False), or does it "
                         "hide a whole row?")
-        raise Wrong(f"{case}: the model's logits are not all finite: did training diverge (a learning rate too high)?")
+        # NaN everywhere: a diverging run, or a NaN that training spread to every weight (a loss over a position whose
+        # keys are all hidden is NaN from the first step, and so is every weight after it).
+        raise Wrong(f"{case}: the model's logits are not all finite: did training diverge (a learning rate too high), "
+                    "or was its loss NaN from the start? A position whose every key is hidden gives NaN, a softmax over "
+                    "no key, and one NaN step makes every weight NaN: is the mask inverted?")
     # A prediction may read its own token and the earlier ones only: change every token after a cut and compare.
     for cut in (n - 1, n, T - 3):
         changed = inputs.clone()
