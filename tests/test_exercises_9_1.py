@@ -524,3 +524,15 @@ def test_9_1_1_weights_that_do_not_sum_to_one_are_told_so():
     for answer in (lambda Q, K, V: (lambda w: (w @ V, w))(torch.softmax(Q @ K.mT, -1) / Q.shape[-1] ** 0.5),
                    lambda Q, K, V: (lambda w: (w @ V, w))(torch.log_softmax(Q @ K.mT / Q.shape[-1] ** 0.5, -1))):
         fails_on_every_seed("9.1.1", answer, "Your weights do not sum to one over the keys", seeds=range(5))
+
+
+def test_hints_a_students_review_found_wanting():
+    """A students' review (2026-12-04): d_k taken as Q.shape[1] (m on a batch) was told to use .mT and @, which it
+    did; a bandwidth rounded to three decimals was told to re-derive the formula. Each is now told its mistake."""
+    def front_size(Q, K, V):
+        d_k = Q.shape[1]                                   # right for a matrix, m for a batch
+        w = torch.softmax(Q @ K.transpose(-2, -1) / d_k ** 0.5, dim=-1)
+        return w @ V, w
+    fails_on_every_seed("9.1.1", front_size, "count sizes and dims from the end")
+    for digits in (2, 3):
+        fails_on_every_seed("9.1.2", lambda r, rho, n=digits: round(math.sqrt(rho / r), n), f"rounded to {digits} decimals")

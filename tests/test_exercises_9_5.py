@@ -10,6 +10,7 @@ import collections
 import dataclasses
 import functools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -630,3 +631,10 @@ def test_9_5_3_path_counts_in_float32_fail_every_check():
 def test_9_5_1_the_output_in_place_of_the_state_is_told_so():
     """A merge that returned acc / l, the attention output, got the hint about rescaling."""
     fails_on_every_seed("9.5.1", _merge_output, "the state keeps the unnormalized acc", seeds=range(20))
+
+
+def test_9_5_2_a_fractional_count_is_shown_once():
+    """A students' review (2026-12-04): free / per, not rounded, was printed twice ('got float 42181.69 42181.69')."""
+    ok, message = verdict("9.5.2", _context(rounding="float"))
+    shown = re.search(r"got float (\S+)", message)
+    assert not ok and shown and message.count(shown.group(1)) == 1, message

@@ -583,8 +583,10 @@ def _flat(func, args):
 
 def _two_d(cause=None):
     """The hint for an answer that works on 2-D inputs only, with what gave it away (``cause``) if known."""
-    return (f"works on 2-D inputs only{f' ({cause})' if cause else ''}: use .transpose(-2, -1) or .mT to swap the "
-            "last two dims of a batch, and @ (torch.matmul) to multiply batches of matrices.")
+    # No 2-D-only operation seen: a size or a dim counted from the front (Q.shape[1] is m on a batch, not d_k).
+    front = "" if cause else "count sizes and dims from the end (Q.shape[-1], not Q.shape[1]; dim=-1), "
+    return (f"works on 2-D inputs only{f' ({cause})' if cause else ''}: {front}use .transpose(-2, -1) or .mT to swap "
+            "the last two dims of a batch, and @ (torch.matmul) to multiply batches of matrices.")
 
 
 def on_batches(run, *args, case, name):
@@ -844,9 +846,12 @@ def _big(x):
     return f"an integer of {len(str(abs(x)))} digits" if isinstance(x, int) and abs(x) >= 10 ** 18 else None
 
 
-def compare_number(got, want, case, mistakes=(), hint="", what="answer", exact=False, rtol=1e-3, atol=0.0):
+def compare_number(got, want, case, mistakes=(), hint="", what="answer", exact=False, rtol=1e-3, atol=0.0,
+                   mistake_rtol=None):
     """Raise ``Wrong`` unless the number ``got`` equals ``want``: exactly (``exact``, an integer), or within
-    ``rtol`` (0.1% by default) and ``atol``. A string, a bool or a tensor of more than one number is not a number."""
+    ``rtol`` (0.1% by default) and ``atol``. A string, a bool or a tensor of more than one number is not a number.
+    ``mistake_rtol``, if given, is how close to a known mistake's value an answer must be for its hint (else ``rtol``):
+    a tighter one keeps another mistake that lands within ``rtol`` of it on some draw from being told the wrong hint."""
     g = as_number(got, case, what)
     if exact:
         if isinstance(g, float):
@@ -874,6 +879,9 @@ def compare_number(got, want, case, mistakes=(), hint="", what="answer", exact=F
         expected, obtained = _shown(float(want), g)
     if same(g, want):
         return
+    if mistake_rtol is not None:        # a known mistake named only when the answer is that mistake, not near it
+        def same(a, b):
+            return math.isclose(a, b, rel_tol=mistake_rtol, abs_tol=atol)
     hints = _matching(g, mistakes, same)
     raise _hinted(case, f"expected {expected}, got {obtained}", hints, hint)
 
@@ -1073,6 +1081,6 @@ def as_integer(got, case, what, inf_ok=False):
             return math.inf
         if math.isfinite(value) and value == int(value):
             return int(value)
-        raise Wrong(f"{case}: the {what} should be an integer{' or math.inf' if inf_ok else ''}, got "
-                    f"{_kind(got)} {value}")
+        shown = _kind(got) if isinstance(got, float | np.floating) else f"{_kind(got)} {value}"   # not twice
+        raise Wrong(f"{case}: the {what} should be an integer{' or math.inf' if inf_ok else ''}, got {shown}")
     raise Wrong(f"{case}: the {what} should be an integer{' or math.inf' if inf_ok else ''}, got {_kind(got)}")

@@ -128,6 +128,8 @@ def _(answer):
             (math.sqrt(r / rho), "Upside down: a longer query makes the weights sharper, so the bandwidth shrinks as r grows."),
             (rho / math.sqrt(r), "Your h is proportional to rho: one factor of rho too many. In the expanded squared "
                                  "distance, keep only the part that changes from key to key."),
+            *[(round(math.sqrt(rho / r), digits), f"Your h is sqrt(rho / r) rounded to {digits} decimals: return it "
+                                                  "unrounded, and round only where you print.") for digits in range(1, 5)],
         ], hint="Expand the kernel's exponent and match the part that changes from key to key with attention's "
                 "score q . k.")
         # What the message says: the kernel weights built with the answer's h are attention's weights, on keys
