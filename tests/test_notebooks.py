@@ -52,6 +52,16 @@ def test_every_stored_cell_was_executed_in_order(md):
 
 
 @pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
+def test_a_cell_hidden_on_the_site_is_collapsed_in_jupyterlab(md):
+    """hide-input hides a cell's code on the site only; JupyterLab shows it unless source_hidden collapses it too
+    (six of 9.4's figure cells showed their styling in full, lines up to 114 characters, an audit found)."""
+    nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
+    shown = [cell.source.splitlines()[0] for cell in nb.cells if "hide-input" in cell.metadata.get("tags", [])
+             and not cell.metadata.get("jupyter", {}).get("source_hidden")]
+    assert not shown, shown
+
+
+@pytest.mark.parametrize("md", SOURCES, ids=lambda p: p.stem)
 def test_every_figure_has_caption_alt_text_and_files(md):
     """Each figure cell has a name and alt text in its metadata, its caption (written once) in the markdown
     cell right below it, numbered 9.N.1, 9.N.2, ... in order, and its files in figures/."""
