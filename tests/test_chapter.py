@@ -13,8 +13,11 @@
   thread, 20 MB on 32 threads at T = 4,096 against 1.7 MB on one). With OMP_WAIT_POLICY=PASSIVE the 32
   threads sleep when idle instead of spinning, so the oversubscribed run costs what the two-thread one did:
   9.1, 9.2, 9.3, 9.5, 9.6 and 9.A executed one after the other, alternately on 2 and 32 threads, took 206
-  and 192 s on 2, 193 and 180 s on 32 (2026-12-02, a loaded machine). 9.4 computes on one thread beside its
-  race whatever the setting (helpers.race.start_race leaves the workers the cores).
+  and 192 s on 2, 193 and 180 s on 32 (2026-12-02, a loaded machine). Beside its race, 9.4 computes on the
+  cores the race's workers leave it (helpers.race.start_race): one thread on two cores. The 32-thread setting
+  runs it as on a 32-core machine (BOOK_CORES=32): three workers, and 29 threads for the cells beside them;
+  without it, 9.4's cells during the race ran on one thread in every setting. Alone, it took 103 s so
+  (2026-12-04).
 - Offline: every notebook executes with no network but loopback (the run on this CPU's own kernels).
 - Controls after Run All (issue 19): in that same run, which draws every state of every control when its
   cell runs, as `make execute` does for the site (`BOOK_FRAMES=all`; the other two runs draw the start
@@ -54,7 +57,7 @@ SHARED = {"BOOK_TIMING_ATTEMPTS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 SETTINGS = {
     "ATEN_CPU_CAPABILITY=default, 1 thread": dict(variables={"ATEN_CPU_CAPABILITY": "default"} | SHARED, threads=1),
     "ATEN_CPU_CAPABILITY=avx2, MKL_CBWR=COMPATIBLE, 32 threads": dict(
-        variables={"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"} | SHARED, threads=32),
+        variables={"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "BOOK_CORES": "32"} | SHARED, threads=32),
     "this CPU's own kernels, offline": dict(offline=True, variables=SHARED | {"BOOK_FRAMES": "all", "BOOK_REBIND": "1"}),
 }
 OWN = "this CPU's own kernels, offline"            # the run that also turns the controls and times the chapter

@@ -367,6 +367,17 @@ def test_the_race_sizes_its_workers_by_the_cores_it_may_use(monkeypatch, files, 
     assert race_module._lanes(("GRU", "transformer", "RNN"), None)[1] == min(want, 3)
 
 
+def test_book_cores_stands_for_the_machine_the_guarantees_simulate(monkeypatch):
+    """make guarantees runs 9.4 as on a 32-core machine: three workers, and 29 threads for the notebook."""
+    monkeypatch.setenv("BOOK_CORES", "32")
+    assert usable_cores() == 32
+    assert race_module._lanes(("GRU", "transformer", "RNN"), None)[1] == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("BOOK_CORES", bad)
+        with pytest.raises((ValueError, TypeError), match="BOOK_CORES"):
+            usable_cores()
+
+
 @pytest.fixture
 def notebook(monkeypatch):
     """helpers.progress as in a notebook: each display's objects, in order, one list per display."""
