@@ -4,10 +4,10 @@ The lessons themselves (the online-softmax loop, linear attention, the key–val
 attention written out, sparse masks, random features) are written out in the notebook; this module
 holds the batched and tested tiled attention that the section checks against PyTorch's fused kernel,
 with masks, a causal flag and any tile. The section's benchmark times and measures the listing's own
-loop instead, the code on the page: ``tiled_attention`` also scales the queries before the product
-(one more copy of them) and keeps its sums in float32 or wider, so its memory is not the listing's
-(at T = 4,096 and blocks of 64 keys, 7.5 MB against the listing's 6.4). Measuring time and memory is
-``helpers.measure``'s job.
+loop instead, the code on the page: ``tiled_attention`` also scales the queries before the product, one
+more copy of them, and holds a few temporaries for masked rows, so its memory is not the listing's (455
+numbers per query against 388 in float32: at T = 4,096 and blocks of 64 keys, 7.5 MB against 6.4). Its
+sums in float32 or wider add nothing for float32 inputs. Measuring time and memory is ``helpers.measure``'s job.
 """
 
 import torch
