@@ -285,7 +285,7 @@ def encoder_decoder_attention(T_in, weights=None, step=None):
     for y, text in [(H - 0.3, f"$e_{{{sub('i')}}} = w^\\top\\tanh(Ws_{{{before}}} + Uh_i)$"),
                     (H - 0.68, f"$\\alpha_{{{sub('i')}}} = \\exp e_{{{sub('i')}}}\\,/\\,{{\\sum}}_j\\, \\exp e_{{{sub('j')}}}$"),
                     (H - 1.06, f"$c_{{{t}}} = {{\\sum}}_i\\, \\alpha_{{{sub('i')}}}h_i$")]:
-        ax.text(0.1, y, text, ha="left", va="center", fontsize=SMALL)
+        ax.text(0.1, y, text, ha="left", va="center", fontsize=SIZE)    # SIZE: their subscripts read at the site's width
     ax.text(0.1, y_x, "inputs", ha="left", va="center", fontsize=SIZE)
     return fig
 
@@ -653,7 +653,7 @@ def encoder_decoder_wiring(n_layers):
 def decoder_only_stack(tokens, n_layers):
     """Figure: a decoder-only transformer of ``n_layers`` (1 to 4) reading ``tokens`` (2 to 8 short labels),
     one column per position. Each block's output at a position reads that position and every earlier one
-    (causal), never a later one: light grey lines, and vermillion ones with arrowheads into the last
+    (causal), never a later one: grey lines, and vermillion ones with arrowheads into the last
     position, whose prediction is the token to generate. The top of each column predicts the next token.
     Returns the figure."""
     n = _count(n_layers, "n_layers", 1, 4)
@@ -677,7 +677,7 @@ def decoder_only_stack(tokens, n_layers):
                         ax.plot(*zip(start, end, strict=True), lw=1.3, zorder=2, color=PALETTE["vermillion"])
                         _head(ax, start, end, PALETTE["vermillion"], lw=1, length=0.1, head=6)
                     else:
-                        ax.plot(*zip(start, end, strict=True), lw=0.7, zorder=1, color="0.8")
+                        ax.plot(*zip(start, end, strict=True), lw=0.8, zorder=1, color="0.6")
             # a block purple, as 9.4's self-attention sublayers (helpers.diagrams); sky is 9.1's and 9.2's keys
             _box(ax, x, y, bw, bh, "", PALETTE["purple"] if k else "0.85")
     for i, (x, token) in enumerate(zip(xs, tokens, strict=True)):
