@@ -910,7 +910,7 @@ def vit_tokens(n_patches, d=None, patch=None, channels=3):
             _arrow(ax, (xt, y_proj + 0.18), (xt, y_tok - 0.22), lw=1)
         else:
             ax.text(xt, y_proj, "learned,\nno patch", ha="center", va="center", fontsize=SMALL)
-        _box(ax, x - gap, y_tok, side, 0.44, str(c), PALETTE["green"], SMALL)
+        _box(ax, x - gap, y_tok, side + 0.06, 0.44, str(c), PALETTE["green"], SMALL)   # room for "196"
         ax.text(x, y_tok, "+", ha="center", va="center", fontsize=SIZE)
         _box(ax, xt, y_tok, side, 0.44, "cls" if c == 0 else "", PALETTE["orange"] if c == 0 else PALETTE["sky"], SMALL)
         _arrow(ax, (x, y_tok + 0.22), (x, y_enc - 0.3), lw=1)
