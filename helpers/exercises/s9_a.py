@@ -68,7 +68,9 @@ def _slope_forward(q, k, v, m):
     return torch.softmax(s, -1) @ v
 
 
-def _slope_grad(q, k, v, m, d_out, variant=None):
+def _slope_grad(q, k, v, m, d_out, variant=None, terms=False):
+    """The slope's gradient by Appendix C's backward pass (``variant``: a known mistake); with ``terms``, the terms
+    of its sum, one per score, unsummed."""
     T = q.shape[-2]
     dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
     width = v.shape[-1] if variant == "d_v" else q.shape[-1]
@@ -80,26 +82,16 @@ def _slope_grad(q, k, v, m, d_out, variant=None):
         return (ds * dist.clamp(min=0)).sum()
     if variant == "dp":
         return -(dp * dist.clamp(min=0)).sum()
-    return -(ds * dist.clamp(min=0)).sum()
+    each = -(ds * dist.clamp(min=0))
+    return each if terms else each.sum()
 
 
 def _well_posed(q, k, v, m, d_out):
     """Whether the gradient is at least a tenth of the sum of its terms' sizes. On about one draw in eight its terms
     nearly cancel, and a correct answer in float32 (its error up to 1e-5 of that sum, measured over 3,000 draws)
     misses the 0.1% tolerance; such draws are drawn again."""
-    T = q.shape[-2]
-    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype).clamp(min=0)
-    terms = _slope_terms(q, k, v, m, d_out) * dist
+    terms = _slope_grad(q, k, v, m, d_out, terms=True)
     return terms.sum().abs() >= 0.1 * terms.abs().sum()
-
-
-def _slope_terms(q, k, v, m, d_out):
-    """dS, the gradient of the scores, as Appendix C computes it."""
-    T = q.shape[-2]
-    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
-    p = torch.softmax((q @ k.mT / q.shape[-1] ** 0.5 - m * dist).masked_fill(dist < 0, float("-inf")), -1)
-    dp = d_out @ v.mT
-    return p * (dp - (p * dp).sum(-1, keepdim=True))
 
 
 @exercise("9.A.2", "Your slope gradient equals autograd's in every case.")
