@@ -85,7 +85,10 @@ def checked_cell_index(nb, cell):
 
 
 def compile_cell(source, name):
-    """``source`` compiled as IPython compiles a cell: with a file name whose lines ``inspect`` can read."""
+    """``source`` compiled as IPython compiles a cell: with a file name whose lines ``inspect`` can read. A
+    solution cell's ``%%solution`` line (which runs it apart from the reader's names) becomes a blank line."""
+    if source.startswith("%%solution\n"):
+        source = "\n" + source.split("\n", 1)[1]
     filename = f"<cell {name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     return compile(source, filename, "exec")

@@ -4,8 +4,8 @@ positions, 9.6.5 training a ViT to find a square.
 
 Each checker accepts the notebook's reference solution and rejects the usual mistakes, each with its own
 hint (exercises_common.py says how; the shared layout is tested in test_exercises_layout.py, and the student
-edition's here: solution cells tagged ``solution`` holding only the function and its check, every later use
-of an exercise's function under ``if solved(...)``).
+edition's here: solution cells tagged ``solution``, run by ``%%solution``, holding only the function and its
+check, every later use of an exercise's function through ``solved(...)``).
 """
 
 import functools

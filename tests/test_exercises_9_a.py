@@ -3,9 +3,9 @@ slope.
 
 Each checker accepts the notebook's reference solution and rejects the usual mistakes, each with its own
 hint (exercises_common.py says how). The appendices' layout is tested here: each starter is followed by its
-solution cell (tagged ``solution``, holding only the reference function and its check), and every later cell
-that uses an exercise's function runs it under ``if solved(...)``, so that the student edition (solutions
-deleted) runs clean.
+solution cell (tagged ``solution``, run by ``%%solution``, holding only the reference function and its check),
+and every later cell that uses an exercise's function runs what ``solved(...)`` returns, so that the student
+edition (solutions deleted) runs clean.
 """
 
 import re
@@ -15,6 +15,7 @@ import pytest
 import torch
 from exercises_common import (
     NOTEBOOKS,
+    compile_cell,
     exercise_cells,
     fails_on_every_seed,
     hidden,
@@ -119,7 +120,7 @@ def _run_appendix_cell(cell):
     try:
         namespace["check"] = lambda number, answer: checked.append((number, answer))
         source = cell.source.replace("from helpers.exercises import check\n", "")
-        exec(source, namespace)
+        exec(compile_cell(source, "9.A"), namespace)
     finally:
         torch.set_default_dtype(torch.float32)             # the appendix's setup cell switches to float64
     assert len(checked) == 1

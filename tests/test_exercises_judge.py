@@ -10,7 +10,9 @@ import math
 import re
 import subprocess
 import sys
+import tempfile
 import threading
+from pathlib import Path
 
 import jupytext
 import pytest
@@ -527,7 +529,7 @@ def test_a_float_result_computed_in_half_precision_fails_every_check():
 
 
 def test_solved_waits_for_that_very_function_to_pass(capsys):
-    """An experiment after a check runs under ``if solved(number, name):``: only once that function has passed."""
+    """An experiment after a check runs what ``solved(number, name)`` returns: that function once it has passed."""
     from helpers.exercises import check, solved
     from helpers.exercises.judge import SOLVED
 
@@ -558,6 +560,37 @@ def test_solved_waits_for_that_very_function_to_pass(capsys):
         solved("9.9.9", relative_index)
     with pytest.raises(ValueError, match="no exercise"):
         solved(9.1, relative_index)
+
+
+def test_a_solution_cell_never_replaces_the_readers_function(capsys):
+    """``%%solution`` runs the reference in a copy of the notebook's names: the reader's function stays, and
+    ``solved`` hands the experiment the reference, saying so, until the reader's own function passes."""
+    from helpers.exercises import check, run_solution, solved
+    from helpers.exercises.judge import SOLVED
+
+    starter_source = "def relative_index(M):\n    ...  # your code here\n"
+    reference = ("import torch\n\n\ndef relative_index(M):\n"
+                 "    y, x = torch.arange(M * M) // M, torch.arange(M * M) % M\n"
+                 "    dy, dx = y[:, None] - y[None, :], x[:, None] - x[None, :]\n"
+                 "    return (dy + M - 1) * (2 * M - 1) + (dx + M - 1)\n\n"
+                 'check("9.6.2", relative_index)\n')
+    names = {"check": check}
+    exec(starter_source, names)
+    theirs = names["relative_index"]
+    SOLVED.pop("9.6.2", None)
+    path = Path(tempfile.mkdtemp()) / "solution.py"      # a file, so that the checker can read the source
+    path.write_text(reference)
+    run_solution(compile(reference, str(path), "exec"), names)
+    assert names["relative_index"] is theirs                       # the reader's function untouched
+    assert capsys.readouterr().out.startswith("Exercise 9.6.2: correct.")
+    pick = solved("9.6.2", theirs)
+    assert pick is not None and pick is not theirs and pick(2).shape == (4, 4)
+    assert capsys.readouterr().out.startswith("Exercise 9.6.2: run with the reference solution")
+    assert solved("9.6.2", theirs, quiet=True) is pick and capsys.readouterr().out == ""
+    check("9.6.2", theirs)                                         # the reader's starter: the reference is gone
+    capsys.readouterr()
+    assert solved("9.6.2", theirs) is None
+    assert capsys.readouterr().out.startswith("Exercise 9.6.2: complete the function above first")
 
 
 # Review of the checkers (students' findings): the tools the section checkers gained ----------------------------------

@@ -3,7 +3,7 @@
 The first tests read the editions as written; the last one, marked ``chapter`` (``make guarantees``), executes
 every student notebook with Run All, where each check must say "not attempted yet" and each experiment "complete
 the function above first", and then, in the same kernel, pastes each reference solution into its starter: each
-check must then say "correct", and each experiment run.
+check must then say "correct", and each experiment run, with the student's function.
 """
 
 import ast
@@ -23,7 +23,8 @@ spec.loader.exec_module(student)
 
 STORED = sorted((ROOT / "notebooks").glob("*.ipynb"))
 NAMES = [p.stem.split("-")[0] for p in STORED]
-GUARD = re.compile(r'^if solved\("(\d+\.[\dA-Z]+\.\d+)", (\w+)\):$', re.M)
+GUARD = re.compile(r'solved\("(\d+\.[\dA-Z]+\.\d+)", (\w+)(?:, quiet=True)?\)', re.M)
+MAGIC = "%%solution"
 
 
 def book(path):
@@ -37,11 +38,13 @@ def checks(nb):
 
 
 def pasted(starter, solution):
-    """The starter with the reference solution pasted in place of its body: the solution cell's code, which
-    ends, like the starter, with the check line."""
-    assert starter.source.rstrip().splitlines()[-1] == solution.source.rstrip().splitlines()[-1], (
+    """The starter with the reference solution pasted in place of its body: the solution cell's code below its
+    ``%%solution`` line, which ends, like the starter, with the check line."""
+    first, code = solution.source.split("\n", 1)
+    assert first == MAGIC, f"a solution cell begins with {MAGIC}, so that it never replaces the reader's function"
+    assert starter.source.rstrip().splitlines()[-1] == code.rstrip().splitlines()[-1], (
         "the solution cell does not end with its starter's check line")
-    return solution.source
+    return code
 
 
 @pytest.mark.parametrize("path", STORED, ids=NAMES)
@@ -96,7 +99,7 @@ def test_solution_cells_hold_only_what_pasting_would_put_in_the_starter(path):
     for (i, number, name, starter), (j, number_, name_, solution) in zip(found[0::2], found[1::2], strict=True):
         assert (number, name) == (number_, name_) and j == i + 1, f"{number}: starter then its solution"
         assert not student.is_solution(starter) and student.is_solution(solution), number
-        body = ast.parse(solution.source).body
+        body = ast.parse(pasted(starter, solution)).body
         kinds = [type(node).__name__ for node in body]
         assert set(kinds[:-1]) <= {"Import", "ImportFrom", "FunctionDef"} and kinds[-1] == "Expr", (number, kinds)
         assert [n.name for n in body if isinstance(n, ast.FunctionDef)][-1] == name
@@ -105,29 +108,30 @@ def test_solution_cells_hold_only_what_pasting_would_put_in_the_starter(path):
 
 @pytest.mark.parametrize("path", STORED, ids=NAMES)
 def test_every_use_of_a_students_function_waits_for_its_check(path):
-    """After a starter, a cell that uses the student's function runs it under ``if solved(number, name):``, so
-    Run All stays clean while the exercise is not done."""
-    edition = student.student(book(path))
-    defined = {}                                  # a starter's function name -> its exercise
-    for cell in edition.cells:
-        if cell.cell_type != "code":
-            continue
-        found = CHECK.search(cell.source)
-        if found:
-            defined[found[2]] = found[1]
-            continue
-        tree = ast.parse(TransformerManager().transform_cell(cell.source))      # magics become Python
-        guarded = {id(n) for node in tree.body if isinstance(node, ast.If) and waits(node.test) for n in ast.walk(node)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and node.id in defined and id(node) not in guarded:
-                pytest.fail(f"a cell uses {node.id} (exercise {defined[node.id]}) outside `if solved(...)`:\n"
-                            f"{cell.source[:300]}")
+    """After a starter, the student's function appears only as the argument of ``solved(number, name)``, whose
+    result the experiment runs: nothing calls the starter, so Run All stays clean while the exercise is not
+    done, and in the book's own edition the experiment runs the reference solution without replacing theirs."""
+    for edition in (student.student(book(path)), book(path)):
+        defined = {}                                  # a starter's function name -> its exercise
+        for cell in edition.cells:
+            if cell.cell_type != "code" or cell.source.startswith(MAGIC):
+                continue
+            found = CHECK.search(cell.source)
+            if found:
+                defined[found[2]] = found[1]
+                continue
+            tree = ast.parse(TransformerManager().transform_cell(cell.source))      # magics become Python
+            allowed = {id(node.args[1]) for node in ast.walk(tree) if waits(node)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name) and node.id in defined and id(node) not in allowed:
+                    pytest.fail(f"a cell uses {node.id} (exercise {defined[node.id]}) other than through "
+                                f"solved(...):\n{cell.source[:300]}")
 
 
-def waits(test):
-    """Whether an ``if`` test is ``solved("9.N.k", name)``."""
-    return (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "solved"
-            and len(test.args) == 2 and isinstance(test.args[0], ast.Constant) and isinstance(test.args[1], ast.Name))
+def waits(node):
+    """Whether ``node`` is the call ``solved("9.N.k", name)`` (or with ``quiet=True``)."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "solved"
+            and len(node.args) == 2 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[1], ast.Name))
 
 
 def test_make_student_writes_both_editions(tmp_path):

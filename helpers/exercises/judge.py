@@ -266,6 +266,7 @@ def verdict(number, answer, seed=None, time_limit=None):
 
 
 SOLVED = {}      # exercise number -> the answer whose check last passed (what ``solved`` asks about)
+REFERENCE = {}   # exercise number -> the reference solution its ``%%solution`` cell checked
 
 
 def check(number, answer):
@@ -278,20 +279,45 @@ def check(number, answer):
     print(message)
 
 
-def solved(number, answer):
-    """Whether ``answer`` is the one whose check of exercise ``number`` last passed; if not, say what to do first.
+def run_solution(code, namespace):
+    """Run a solution cell's compiled ``code`` in a copy of ``namespace`` (the ``%%solution`` cell magic).
 
-    An exercise's experiment runs under ``if solved("9.6.2", relative_index):`` in the cell after the check, so
-    Run All stays clean before the exercise is done, and a function redefined since its check is not used.
+    The reference function it defines lands in the copy, so it never replaces the student's function of the
+    same name; the cell's check line registers it, and ``solved`` hands it to the experiments until the
+    student's own function passes.
+    """
+    before = dict(SOLVED)
+    exec(code, dict(namespace))  # noqa: S102 (the notebook's own cell)
+    for number, answer in SOLVED.items():
+        if before.get(number) is not answer:
+            REFERENCE[number] = answer
+
+
+def solved(number, answer, quiet=False):
+    """The function an exercise's experiment runs, or None, saying what to do first.
+
+    ``answer`` once its check of exercise ``number`` has passed (a function redefined since then is not used).
+    Otherwise, where the book's solution cell has passed the check, its reference solution, saying so unless
+    ``quiet``. Otherwise None, after saying to complete the function above. An experiment reads::
+
+        pick = solved("9.6.2", relative_index)
+        if pick:
+            ...  # pick(...), never relative_index(...), which may still be the starter
     """
     if not isinstance(number, str) or number not in EXERCISES:
         raise ValueError(f'no exercise {number!r}; give its number as a string, such as "9.1.1"')
-    if SOLVED.get(number) is answer and answer is not None:
-        return True
     name = getattr(answer, "__name__", None) or "the answer"
+    passed = SOLVED.get(number)
+    if passed is not None and passed is answer:
+        return answer
+    if passed is not None and passed is REFERENCE.get(number):
+        if not quiet:
+            print(f"Exercise {number}: run with the reference solution; to run it with your {name}, "
+                  "complete it above and run its check.")
+        return passed
     print(f"Exercise {number}: complete the function above first ({name} has not passed its check yet), "
           "then run this cell again.")
-    return False
+    return None
 
 
 def _within(seconds, run):
