@@ -274,3 +274,20 @@ def test_9_a_2_scores_scaled_by_the_values_width_fail_every_check():
     """D1: the scores scaled by sqrt(d_v) passed every check, as v and d_out were drawn as wide as q and k. They are
     now drawn with another width on every check."""
     fails_on_every_seed("9.A.2", _slope_values_width, "the width of the queries and keys", seeds=range(25))
+
+
+def _slope_unmasked(q, k, v, m, d_out, clamped=False):
+    """Wrong (a students' review, issue 32): the softmax over every key, the future ones too (no causal mask),
+    with the distances as they are or clamped at 0. It got only the generic hint."""
+    T = q.shape[-2]
+    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
+    dist = dist.clamp(min=0) if clamped else dist
+    P = torch.softmax(q @ k.T / q.shape[-1] ** 0.5 - m * dist, -1)
+    dP = d_out @ v.T
+    return -(P * (dP - (P * dP).sum(-1, keepdim=True)) * dist).sum().item()
+
+
+def test_9_a_2_softmax_over_the_future_keys_is_told_so():
+    for clamped in (False, True):
+        fails_on_every_seed("9.A.2", lambda q, k, v, m, d_out, c=clamped: _slope_unmasked(q, k, v, m, d_out, c),
+                            "also weighs the future keys", seeds=range(25))

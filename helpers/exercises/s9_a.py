@@ -74,7 +74,9 @@ def _slope_grad(q, k, v, m, d_out, variant=None, terms=False):
     T = q.shape[-2]
     dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
     width = v.shape[-1] if variant == "d_v" else q.shape[-1]
-    s = (q @ k.mT / width ** 0.5 - m * dist).masked_fill(dist < 0, float("-inf"))
+    s = q @ k.mT / width ** 0.5 - m * (dist.clamp(min=0) if variant == "unmasked, distances clamped" else dist)
+    if variant not in ("unmasked", "unmasked, distances clamped"):
+        s = s.masked_fill(dist < 0, float("-inf"))
     p = torch.softmax(s, -1)
     dp = d_out @ v.mT
     ds = p * (dp - (p * dp).sum(-1, keepdim=True)) if variant != "no_D" else p * dp
@@ -82,7 +84,7 @@ def _slope_grad(q, k, v, m, d_out, variant=None, terms=False):
         return (ds * dist.clamp(min=0)).sum()
     if variant == "dp":
         return -(dp * dist.clamp(min=0)).sum()
-    each = -(ds * dist.clamp(min=0))
+    each = -(ds * (dist if variant == "unmasked" else dist.clamp(min=0)))
     return each if terms else each.sum()
 
 
@@ -123,5 +125,8 @@ def _(answer):
             (_slope_grad(q, k_, v, m, d_out, "d_v").item(), "Your scores are scaled by the square root of the "
                                                             "values' width: the scale is sqrt(d), the width of the "
                                                             "queries and keys."),
+            *((_slope_grad(q, k_, v, m, d_out, unmasked).item(), "Your softmax also weighs the future keys (j > i): "
+               "the head is causal, so hide them before the softmax; their weights, and so their terms, are 0.")
+              for unmasked in ("unmasked", "unmasked, distances clamped")),
         ], hint="Follow Appendix C's backward pass from dO to the scores, then ask how each visible score changes with m.",
             mistake_rtol=1e-6)   # sqrt(d) hard-coded as 2 landed within 0.1% of the sqrt(d_v) mistake on 1 draw in 150
