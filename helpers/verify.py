@@ -5,7 +5,8 @@ A check cell wraps its checks in ``with verify("Figure 9.2.1"):``. Inside, each 
 either a fact that the notebook's comparison holds to its stored value (``scores from -1.5 to 1.1``) or
 a verdict ending in ``True`` or ``False`` (several verdicts may share a line, each ending where a ``;``
 follows); ``same(label, got, want)`` prints ``label: got`` and fails unless ``got == want``. When the block ends the cell shows
-one short line, "✓ Figure 9.2.1: 4 checks hold", with every line folded beneath it; when a check fails
+one short line, "✓ Figure 9.2.1: 4 checks hold" (with "; 2 more values below" when some lines are values, not
+verdicts: a reader cannot see those compared), with every line folded beneath it; when a check fails
 it shows, in red and unfolded, which one, with what it got against what was expected. Nothing is raised,
 so the rest of the notebook still runs. The lines stay in the cell's output (text and HTML), where a
 notebook comparison reads them like any printed line.
@@ -28,10 +29,12 @@ class Checks:
         self.title = title
         self.lines = []
         self.failed = []              # (line, detail)
+        self.compared = []            # the lines same() printed: checks, though they end in no verdict
 
     def same(self, label, got, want):
         """Print ``label: got``; the check fails unless ``got == want``."""
         print(f"{label}: {got}")
+        self.compared.append(f"{label}: {got}".splitlines()[0].rstrip())
         if not got == want:
             self.failed.append((f"{label}: {got}", f"expected {want!r}, got {got!r}"))
 
@@ -41,13 +44,21 @@ class Checks:
 
     @property
     def count(self):
-        """The checks: each verdict, and each line without one (a value the notebook's comparison holds)."""
-        return sum(max(1, len(VERDICT.findall(line))) for line in self.lines)
+        """The checks: each verdict, and each line ``same`` printed."""
+        return sum(len(VERDICT.findall(line)) or (line in self.compared) for line in self.lines)
+
+    @property
+    def values(self):
+        """The other lines: values shown, which only the stored notebook's comparison holds."""
+        return sum(not VERDICT.findall(line) and line not in self.compared for line in self.lines)
 
     def summary(self):
-        n = self.count
+        n, more = self.count, self.values
         if self.held:
-            return f"✓ {self.title}: {n} check{'s' if n != 1 else ''} hold{'' if n != 1 else 's'}"
+            said = f"{n} check{'s' if n != 1 else ''} hold{'' if n != 1 else 's'}"
+            values = f"{more} value{'s' if more != 1 else ''}"
+            return f"✓ {self.title}: " + (f"{said}; {more} more {values.split(' ', 1)[1]} below" if n and more
+                                           else said if n else f"{values} below")
         return f"✗ {self.title}: {len(self.failed)} of {n} checks failed"
 
     def __repr__(self):

@@ -20,8 +20,8 @@ def test_checks_that_hold_show_one_line_with_every_line_beneath(shown):
         c.same("visible tokens per row", [1, 2, 3], [1, 2, 3])
         print("scores from -1.5 to 1.1")
     (checks,) = shown
-    assert checks.held and checks.summary() == "✓ Figure 9.9.1: 3 checks hold"
-    assert repr(checks).splitlines() == ["✓ Figure 9.9.1: 3 checks hold", "  weights sum to one: True",
+    assert checks.held and checks.summary() == "✓ Figure 9.9.1: 2 checks hold; 1 more value below"
+    assert repr(checks).splitlines() == ["✓ Figure 9.9.1: 2 checks hold; 1 more value below", "  weights sum to one: True",
                                          "  visible tokens per row: [1, 2, 3]", "  scores from -1.5 to 1.1"]
     assert checks._repr_html_().startswith('<details class="book-checks"><summary>✓ Figure 9.9.1')
 
@@ -74,3 +74,16 @@ def test_html_is_escaped(shown):
         print("a < b: True")
     assert "&lt;b&gt;" in shown[0]._repr_html_() and "a &lt; b" in shown[0]._repr_html_()
     assert module.VERDICT.search("x: True.")
+
+
+def test_the_summary_counts_as_checks_only_verdicts_and_compared_values(shown):
+    """A learner's review of 9.3: "13 checks hold" counted four lines of bare values, which a reader cannot see
+    checked. Only verdicts and ``same`` lines are counted as checks; the other lines are values below."""
+    with verify("v") as c:
+        print("pair 0 turns by 1.000 rad")
+        c.same("weights", 2, 2)
+    with verify("w"):
+        print("from 0.49 to 0.42")
+        print("k = q: 1.00")
+    assert shown[0].summary() == "✓ v: 1 check holds; 1 more value below"
+    assert shown[1].summary() == "✓ w: 2 values below" and shown[1].count == 0
