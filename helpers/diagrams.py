@@ -367,7 +367,7 @@ def cost_crossover(lengths, counts, d):
             right.plot(T / w, share, marker, ms=size, mfc="none", mew=1.2, color=PALETTE[color], label=f"counted, $d = {w}$")
         right.axvline(6, color="gray", ls="--", lw=1)
         right.axhline(0.5, color="gray", ls=":", lw=1)
-        right.set(xscale="log", xlabel="$T / d$", ylabel="attention share of FLOPs", ylim=(0, 1))
+        right.set(xscale="log", xlabel="$T / d$", ylabel="scores and weighted sums' share", ylim=(0, 1))
         right.legend(loc="upper left", fontsize=8)
         fig.tight_layout()
     return fig

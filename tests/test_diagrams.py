@@ -209,7 +209,7 @@ def test_cost_crossover_draws_the_counts_against_the_model():
         for line in points:                                                  # every count on T / (T + 6d)
             ratio = line.get_xdata()
             assert list(line.get_ydata()) == pytest.approx(list(ratio / (ratio + 6)))
-        assert left.get_yscale() == "log" and right.get_ylabel() == "attention share of FLOPs"
+        assert left.get_yscale() == "log" and right.get_ylabel() == "scores and weighted sums' share"
         assert any("counted" in t.get_text() for t in left.get_legend().get_texts())
         # The legend's "counted" entry shows the markers the points are drawn with, circles and squares.
         legend_marks = {(line.get_marker(), line.get_color()) for line in left.get_legend().findobj(Line2D)}
