@@ -298,7 +298,7 @@ def test_exercises_are_numbered_listed_and_collapsed(name, server, browser):
         if EDITION == "student":
             student_exercises(v)
             return
-        # Reference solutions in code: myst-nb's hide-input toggle, closed; the checker's output shows "correct".
+        # Reference solutions in code: myst-nb's hide-input toggle, closed; the check says the reference is correct.
         # (Figure cells are collapsed too, so only the Exercises section's collapsed cells can be solutions.)
         # Check cells (helpers.verify, collapsed too) are not solutions: their output is a .book-checks line.
         solutions = v.page.locator("main section#exercises .cell.tag_hide-input:not(:has(.book-checks))")
@@ -307,7 +307,7 @@ def test_exercises_are_numbered_listed_and_collapsed(name, server, browser):
             cell = solutions.nth(k)
             assert not cell.locator("details").first.evaluate("d => d.open"), f"solution {k + 1} is open"
             assert not cell.locator(".cell_input").is_visible(), f"solution {k + 1}'s code shows before a click"
-            assert re.match(r"Exercise \S+: correct\.", cell.locator(".cell_output").inner_text())
+            assert re.match(r"Exercise \S+: the reference solution is correct\.", cell.locator(".cell_output").inner_text())
             cell.locator("summary").first.click()
             assert cell.locator(".cell_input").is_visible(), f"solution {k + 1} did not open on a click"
         # Written answers: sphinx-design's {dropdown} Solution (a <details>), closed, opening on a click (their math:

@@ -582,7 +582,7 @@ def test_a_solution_cell_never_replaces_the_readers_function(capsys):
     path.write_text(reference)
     run_solution(compile(reference, str(path), "exec"), names)
     assert names["relative_index"] is theirs                       # the reader's function untouched
-    assert capsys.readouterr().out.startswith("Exercise 9.6.2: correct.")
+    assert capsys.readouterr().out.startswith("Exercise 9.6.2: the reference solution is correct. Its ")   # not "Your"
     pick = solved("9.6.2", theirs)
     assert pick is not None and pick is not theirs and pick(2).shape == (4, 4)
     assert capsys.readouterr().out.startswith("Exercise 9.6.2: run with the reference solution")

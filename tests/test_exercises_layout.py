@@ -65,7 +65,7 @@ def test_stored_outputs_show_starters_untouched_and_solutions_passing(section):
         if not found:
             continue
         text = "".join(o.get("text", "") for o in cell.outputs)
-        verdict_ = "correct." if hidden(cell) else "not attempted yet."
+        verdict_ = "the reference solution is correct." if hidden(cell) else "not attempted yet."
         assert text.startswith(f"Exercise {found[1]}: {verdict_}"), text
 
 

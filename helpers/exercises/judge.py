@@ -101,6 +101,7 @@ import math
 import numbers
 import os
 import random
+import re
 import signal
 import sys
 import textwrap
@@ -269,11 +270,17 @@ SOLVED = {}      # exercise number -> the answer whose check last passed (what `
 REFERENCE = {}   # exercise number -> the reference solution its ``%%solution`` cell checked
 
 
+_REFERENCE_RUNNING = [False]     # True while a ``%%solution`` cell runs: its check speaks of the reference
+
+
 def check(number, answer):
     """Run exercise ``number``'s checker on ``answer`` and print its verdict."""
     ok, message = verdict(number, answer)
     if ok:
         SOLVED[number] = answer
+        if _REFERENCE_RUNNING[0]:     # not "Your ...": the reader's function was not run
+            done = EXERCISES[number].done
+            message = f"Exercise {number}: the reference solution is correct. " + re.sub(r"^Your ", "Its ", done)
     else:
         SOLVED.pop(number, None)
     print(message)
@@ -287,7 +294,11 @@ def run_solution(code, namespace):
     student's own function passes.
     """
     before = dict(SOLVED)
-    exec(code, dict(namespace))  # noqa: S102 (the notebook's own cell)
+    _REFERENCE_RUNNING[0] = True
+    try:
+        exec(code, dict(namespace))  # noqa: S102 (the notebook's own cell)
+    finally:
+        _REFERENCE_RUNNING[0] = False
     for number, answer in SOLVED.items():
         if before.get(number) is not answer:
             REFERENCE[number] = answer

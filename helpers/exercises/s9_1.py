@@ -186,7 +186,7 @@ _OWN_PREDICTION = ("Feed the model's own previous prediction, the argmax of its 
                    "does without a target: the true digit source[:, n - 1 - t] is teacher forcing.")
 
 
-@exercise("9.1.3", "With the positions you hid, your decoder's weights and logits are those of the model's own "
+@exercise("9.1.3", "With the positions hidden, the decoder's weights and logits are those of the model's own "
                    "decoding loop with the hidden weights removed and the rest renormalized, also where an offset "
                    "points before the start of the string.")
 def _(answer):
