@@ -268,9 +268,7 @@ def verdict(number, answer, seed=None, time_limit=None):
 
 SOLVED = {}      # exercise number -> the answer whose check last passed (what ``solved`` asks about)
 REFERENCE = {}   # exercise number -> the reference solution its ``%%solution`` cell checked
-
-
-_REFERENCE_RUNNING = [False]     # True while a ``%%solution`` cell runs: its check speaks of the reference
+_in_solution = False             # True while a ``%%solution`` cell runs: its check speaks of the reference
 
 
 def check(number, answer):
@@ -278,7 +276,8 @@ def check(number, answer):
     ok, message = verdict(number, answer)
     if ok:
         SOLVED[number] = answer
-        if _REFERENCE_RUNNING[0]:     # not "Your ...": the reader's function was not run
+        if _in_solution:              # not "Your ...": the reader's function was not run
+            REFERENCE[number] = answer
             done = EXERCISES[number].done
             message = f"Exercise {number}: the reference solution is correct. " + re.sub(r"^Your ", "Its ", done)
     else:
@@ -293,15 +292,12 @@ def run_solution(code, namespace):
     same name; the cell's check line registers it, and ``solved`` hands it to the experiments until the
     student's own function passes.
     """
-    before = dict(SOLVED)
-    _REFERENCE_RUNNING[0] = True
+    global _in_solution
+    _in_solution = True
     try:
         exec(code, dict(namespace))  # noqa: S102 (the notebook's own cell)
     finally:
-        _REFERENCE_RUNNING[0] = False
-    for number, answer in SOLVED.items():
-        if before.get(number) is not answer:
-            REFERENCE[number] = answer
+        _in_solution = False
 
 
 def solved(number, answer, quiet=False):
