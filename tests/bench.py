@@ -19,7 +19,8 @@ from datetime import datetime
 from pathlib import Path
 
 import nbformat
-from chapter import NOTEBOOKS, ROOT, execute, source
+from chapter import execute
+from paths import NOTEBOOKS, ROOT, source
 
 BUDGETS = tomllib.loads((ROOT / "tests" / "budgets.toml").read_text())
 SLOWEST = 3                                                     # cells listed per notebook

@@ -9,7 +9,7 @@ import re
 import sys
 from pathlib import Path
 
-from chapter import source
+from paths import source
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"

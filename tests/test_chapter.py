@@ -43,7 +43,8 @@ import re
 import nbformat
 import pytest
 from bench import BUDGETS, summary
-from chapter import NOTEBOOKS, comparable, execute, offline_prefix
+from chapter import comparable, execute, offline_prefix
+from paths import NOTEBOOKS
 
 pytestmark = pytest.mark.chapter
 

@@ -478,3 +478,33 @@ def test_9_6_5_a_detector_written_by_hand_fails_every_check():
     must undo it."""
     for answer in (lambda images, labels: _Detector(), lambda images, labels: _Detector(scale=True)):
         fails_on_every_seed("9.6.5", answer, "the exercise asks you to train a model", seeds=range(20))
+
+
+def test_9_6_5_unwatched_training_still_refuses_check_inside_the_answer_and_judges_half_precision_by_accuracy():
+    """The answer of 9.6.5 trains unwatched (judge.Unwatched: its torch calls are not seen, a third faster). Calling
+    check inside it is still refused, without end or print; a model trained in bfloat16 is judged by what it gets
+    right, like any other."""
+    from helpers.exercises import check
+
+    def recursive(images, labels):
+        check("9.6.5", recursive)
+        return _cnn(images, labels)
+    ok, message = verdict("9.6.5", recursive, time_limit=20)
+    assert ok is False and "calls check itself" in message, message
+
+    def half(images, labels):
+        model = _cnn(images, labels).to(torch.bfloat16)
+        return torch.nn.Sequential(model, torch.nn.Flatten()).to(torch.bfloat16)
+    ok, message = verdict("9.6.5", lambda images, labels: _Float(half(images, labels)))
+    assert ok, message
+
+
+class _Float(torch.nn.Module):
+    """A bfloat16 model that takes and returns float32."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x.to(torch.bfloat16)).float()

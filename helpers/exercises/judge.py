@@ -683,6 +683,16 @@ class Watch(TorchFunctionMode):
         return out
 
 
+class Unwatched(contextlib.nullcontext):
+    """In place of a ``Watch``, for an answer judged by what its result does, not by how it computes it (9.6.5's
+    trained model, judged by its accuracy): its torch calls run unwatched, which makes its training about a third
+    faster. It refuses nothing and notes nothing."""
+
+    half = flat = None
+    refused = half_refused = False
+    why = ""
+
+
 # Comparing -----------------------------------------------------------------------------------------
 
 RTOL = 1e-4                # the least relative tolerance: what an answer computed in float32 meets
