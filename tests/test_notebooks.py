@@ -145,14 +145,14 @@ def test_make_check_runs_the_notebook_its_structure_tests_and_its_helpers_tests(
 @pytest.mark.parametrize("name", ["9.1-attention-as-lookup.md", "9.1-attention-as-lookup.ipynb", "9.1-attention-as-lookup"])
 def test_a_notebook_is_named_with_or_without_its_suffix(name):
     # make check, make bench and make execute take NB=notebooks/x.md; the stem "9.1-x" must not lose ".1-x".
-    import chapter
     import check
+    import paths
 
     md = ROOT / "notebooks" / "9.1-attention-as-lookup.md"
-    assert chapter.source(ROOT / "notebooks" / name) == md
+    assert paths.source(ROOT / "notebooks" / name) == md
     assert check.arguments(ROOT / "notebooks" / name)[0] == "notebooks/9.1-attention-as-lookup.ipynb"
     with pytest.raises(SystemExit, match="no notebook .*9.9-nothing.md; name one of: notebooks/9.1-attention-as-lookup.md"):
-        chapter.source(ROOT / "notebooks" / "9.9-nothing")
+        paths.source(ROOT / "notebooks" / "9.9-nothing")
     ran = subprocess.run(["make", "-n", "-o", ".venv/.installed", "execute", f"NB=notebooks/{name}"], cwd=ROOT,
                          capture_output=True, text=True, check=True)
     assert 'jupytext --sync --execute --quiet "notebooks/9.1-attention-as-lookup.md"' in ran.stdout
