@@ -415,13 +415,17 @@ def test_log_labels_writes_plain_labels_at_one_two_and_five():
 
 def test_threads_sets_the_count_inside_and_restores_it_after_an_error():
     from helpers.runtime import threads
-    before = torch.get_num_threads()
-    with pytest.raises(KeyError), threads(1):
-        assert torch.get_num_threads() == 1
-        raise KeyError
-    assert torch.get_num_threads() == before
-    with threads(None):
-        assert torch.get_num_threads() == before
-    with pytest.raises(ValueError, match="threads"), threads(0):
-        pass
-    assert torch.get_num_threads() == before
+    outside = torch.get_num_threads()
+    torch.set_num_threads(2)               # not 1, which `make check` runs with: the count inside must differ
+    try:
+        with pytest.raises(KeyError), threads(1):
+            assert torch.get_num_threads() == 1
+            raise KeyError
+        assert torch.get_num_threads() == 2
+        with threads(None):
+            assert torch.get_num_threads() == 2
+        with pytest.raises(ValueError, match="threads"), threads(0):
+            pass
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(outside)
