@@ -63,7 +63,8 @@ def _context(per=lambda L, H, G, dh, B, b: 2 * L * G * dh * B * b, weights=lambd
         if window is None or window_rule == "ignore":
             return t
         return {"right": math.inf if t >= window else t, "min": min(t, window), "strict": math.inf if t > window else t,
-                "always": math.inf, "zero": math.inf if t >= window else 0}[window_rule]
+                "always": math.inf, "zero": math.inf if t >= window else 0,
+                "bytes": math.inf if window * p < free else t}[window_rule]
     return longest_context
 
 
@@ -436,8 +437,10 @@ STUDENTS = {
         (_context(rounding="float"), "should be an integer"),                 # free / per, not rounded
         (lambda *args: str(_context()(*args)), "should be an integer"),        # text
         (lambda *args: _context()(*args) / 2 ** 30, "should be an integer"),   # a size in GiB, not tokens
-        (_context(rounding="ceil-1"), "not a negative count"),                # -1 where nothing fits
+        (_context(rounding="ceil-1"), "yours stops one short"),               # ceil(free / per) - 1: an exact fit
         (_context(rounding="less"), "yours stops one short"),                 # int(free / per - 1e-9)
+        (_context(window_rule="bytes"), "Exactly window tokens fit here"),    # window * per < free: a buffer that
+                                                                              # fills the memory to the byte fits
         (_context_float32, "what float32 gives"),
         (_context(rounding="int", clamp=False), "not a negative count"),    # int() truncates: -41,275, not -41,276
     ],
