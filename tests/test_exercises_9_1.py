@@ -507,14 +507,20 @@ def test_9_1_3_right_answers_pass_every_check_with_the_new_cases():
 
 def test_9_1_5_no_rule_on_the_tables_size_passes():
     """D5: rules on the table's size passed some checks ((n / 2 pi)^2 5 in 20, n^2 / 60 7 in 20): the hidden cases had
-    more keys in the wiggly tables than in the noisy ones, as the shown cases do. Now they cross them."""
+    more keys in the wiggly tables than in the noisy ones, as the shown cases do. Now the two hidden cases, one of each
+    kind, share their sizes: a rule on the sizes gives them one norm, which passes at most one."""
     rules = [lambda keys, values: (keys.shape[1] / (2 * math.pi)) ** 2,
              lambda keys, values: keys.shape[1] ** 2 / 60,
              lambda keys, values: keys.shape[1] ** 2 / 80,
              lambda keys, values: float(keys.shape[1]),
              lambda keys, values: keys.shape[0] * keys.shape[1] / 20,                      # keys in all
              lambda keys, values: 2.0 if keys.shape[1] < 20 else 60.0,
-             lambda keys, values: 250.0 if keys.shape[0] <= 16 else 2.0]                  # fewer tables: sharper
+             lambda keys, values: 250.0 if keys.shape[0] <= 16 else 2.0,                  # fewer tables: sharper
+             # A students' review (2026-12-04): each case's kind looked up by its sizes, which the messages show
+             lambda keys, values: (2.2 if keys.shape[1] <= 12 else 220.0 if tuple(keys.shape[:2]) == (16, 60)
+                                   else 4.6 if keys.shape[0] == 16 else 150.0),
+             lambda keys, values: (2.2 if keys.shape[1] <= 12 else 220.0 if tuple(keys.shape[:2]) == (16, 60)
+                                   else 4.6 if keys.shape[1] >= 60 else 150.0)]
     for rule in rules:
         fails_on_every_seed("9.1.5", rule, "the check allows 1.6 times", seeds=range(20))
 
