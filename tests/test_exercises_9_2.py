@@ -435,6 +435,25 @@ class _Encoder(nn.Module):
         return self.out(self.layer(self.embed(tokens), src_key_padding_mask=pad)[:, 0])
 
 
+class _Bag(nn.Module):
+    """Wrong (a students' review): no attention at all, the mean of the real tokens' embeddings and an MLP. It answers
+    the lookups (the query's key and the pairs are in the bag), and passed, though the exercise asks for attention."""
+
+    def __init__(self, vocab, classes, d=64):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.out = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, classes))
+
+    def forward(self, tokens, lengths):
+        keep = (torch.arange(tokens.shape[1])[None] < lengths[:, None]).float()[..., None]
+        return self.out((self.embed(tokens) * keep).sum(1) / keep.sum(1))
+
+
+def test_9_2_5_a_model_without_attention_fails():
+    ok, message = verdict("9.2.5", _lookup_student(_Bag, steps=600))
+    assert ok is False and "computes no attention over the tokens" in message, message
+
+
 def _lookup_student(kind, steps=400):
     def train_lookup(tokens, lengths, answers, vocab, classes):
         model = _train(kind(vocab, classes), tokens, lengths, answers, steps=steps)

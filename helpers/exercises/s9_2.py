@@ -440,6 +440,31 @@ def _answers(model, tokens, lengths, case, what):
     return out.detach()
 
 
+# What computes attention, by name: PyTorch's functions, and any softmax over the tokens (the answer's own attention).
+_ATTENTION = ("scaled_dot_product_attention", "multi_head_attention_forward", "_native_multi_head_attention",
+              "_transformer_encoder_layer_fwd")
+
+
+def _attends(model, tokens, lengths):
+    """Whether ``model(tokens, lengths)`` computes attention: PyTorch's (``nn.MultiheadAttention``,
+    ``F.scaled_dot_product_attention``) or a softmax over a dimension as long as the tokens'. The tokens should be
+    longer than there are classes, so that a softmax over the logits is no softmax over the tokens."""
+    T, seen = tokens.shape[1], []
+
+    def note(func, args, kwargs):
+        name = getattr(func, "__name__", "")
+        if any(a in name for a in _ATTENTION):
+            seen.append(name)
+        elif "softmax" in name and args and isinstance(args[0], torch.Tensor) and args[0].dim():
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            if isinstance(dim, int) and -args[0].dim() <= dim < args[0].dim() and args[0].shape[dim] == T:
+                seen.append(name)
+        return False                                 # refuses nothing: it only notes
+    with torch.no_grad(), Watch(note, "", half_refused=False):
+        model(tokens.clone(), lengths.clone())
+    return bool(seen)
+
+
 def _same(a, b):
     return a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=1e-4,
                                                  atol=1e-5 * max(a.abs().max().item(), 1.0))
@@ -513,6 +538,12 @@ def _lookup(answer):
         learned(model, (x[:8], n[:8]), training,
                 lambda: (_answers(model, x, n, case, "held-out lookups").argmax(-1) == y).double().mean().item(),
                 LEVEL, case, _TRAIN)
+        # ... and unless it has no attention (a students' review: a bag of the real tokens' embeddings and an MLP
+        # passed). The wider batch has more tokens than there are classes.
+        if not _attends(model, wider[:8], n[:8]):
+            raise Wrong(f"{case}: held-out accuracy {accuracy:.1%}, but the model computes no attention over the "
+                        "tokens: the exercise asks for a model built around self-attention (nn.MultiheadAttention, "
+                        "F.scaled_dot_product_attention, or your own softmax over the tokens' scores).")
         return
     shown = f"held-out accuracy {accuracy:.1%}, below the level {LEVEL:.0%}"
     last = x.gather(1, (n - 1)[:, None])[:, 0] == (x[:, 0] - keys * values) * values + y    # answer in the last real slot
