@@ -519,7 +519,7 @@ def test_9_3_1_a_search_over_too_small_a_range_fails_every_check():
                 hi = b
         return (lo + hi) / 2
     assert abs(s9_3._advantage(0.5, 4096, 2048) - 1024.93275) < 1e-4
-    fails_on_every_seed("9.3.1", advantage_for_half, "case 5 of 8 (slope 1/2, T = 4096, a key 2048 back): expected "
+    fails_on_every_seed("9.3.1", advantage_for_half, "case 5 of 9 (slope 1/2, T = 4096, a key 2048 back): expected "
                         "1025, got 50", seeds=range(12))
     # A range that holds the fifth case's b holds every hidden case's: the same verdict at every check.
     assert all(verdict("9.3.1", functools.partial(advantage_for_half, top=1026.0), seed=seed)[0] for seed in range(12))
@@ -577,7 +577,7 @@ def test_9_3_1_an_answer_that_overflows_fails_every_check():
     def with_torch(m, T, delta):
         d = torch.arange(T, dtype=torch.float64)
         return torch.log(torch.exp(torch.tensor(m * delta, dtype=torch.float64)) * torch.exp(-m * d[d != delta]).sum()).item()
-    fails_on_every_seed("9.3.1", with_math, "On case 5 of 8 (slope 1/2, T = 4096, a key 2048 back), with_math raised "
+    fails_on_every_seed("9.3.1", with_math, "On case 5 of 9 (slope 1/2, T = 4096, a key 2048 back), with_math raised "
                         "OverflowError", seeds=range(20))
     fails_on_every_seed("9.3.1", with_torch, "got inf: e to the power of the key's penalty overflows", seeds=range(20))
     for answer in (_advantage_bisection, _advantage_closed, lambda m, T, delta: advantage(m, T, delta)):
@@ -594,7 +594,7 @@ def test_9_3_2_an_answer_that_overflows_fails_every_check():
 
     def complement32(m, T, w):
         return 1 - torch.softmax(-m * torch.arange(T, dtype=torch.float32), 0).cumsum(0)[w].item()
-    fails_on_every_seed("9.3.2", by_position, "case 5 of 8 (slope 0.5, T = 4096, window 1023): the far weight should be "
+    fails_on_every_seed("9.3.2", by_position, "case 5 of 9 (slope 0.5, T = 4096, window 1023): the far weight should be "
                         "a finite number", seeds=range(20))
     for answer in (complement32, _far_closed_form, lambda m, T, w: _far(m, T, w)):
         assert all(verdict("9.3.2", answer, seed=seed)[0] for seed in range(20))
@@ -672,3 +672,27 @@ def test_9_3_5_reading_one_positions_output_is_told_to_pool():
     for seed in range(2):
         ok, message = verdict("9.3.5", last, seed=seed)
         assert ok is False and "reading one position's output: pool over positions" in message, message
+
+
+def test_9_3_1_and_9_3_2_the_farthest_key_counts_on_every_check():
+    """A students' review (2026-12-04): with every drawn case's farthest keys negligible, a sum over T + 1 keys passed
+    9.3.1 on 20 checks in 20, and the shown cases' answers looked up, with the endless sequence's formula elsewhere,
+    passed 9.3.1 12 to 17 times in 20 and 9.3.2 8 times. A drawn case with m T between 1 and 2 now tells them apart."""
+    def over(extra):
+        def advantage_for_half(m, T, delta):
+            total = sum(math.exp(-m * i) for i in range(T + extra))
+            return m * delta + math.log(total - math.exp(-m * delta))
+        return advantage_for_half
+    fails_on_every_seed("9.3.1", over(1), "Your sum runs over T + 1 keys", seeds=range(20))
+    fails_on_every_seed("9.3.1", over(-1), "not yet", seeds=range(20))
+    shown = {(0.5, 16, 3): 2.340493914283922, (2 ** -8, 4096, 3000): 17.265879789427665,
+             (2 ** -4, 1024, 64): 6.802565662497978, (2 ** -6, 100, 99): 5.474144827455995,
+             (0.5, 4096, 2048): 1024.9327521295672}
+    fails_on_every_seed("9.3.1", lambda m, T, d: shown.get((m, T, d), m * d - math.log(1 - math.exp(-m))), "not yet",
+                        seeds=range(20))
+
+    def exact(m, T, w):
+        return sum(math.exp(-m * d) for d in range(w + 1, T)) / sum(math.exp(-m * d) for d in range(T))
+    looked_up = [(0.5, 16, 4), (1 / 16, 1024, 64), (2 ** -8, 4096, 512), (0.25, 8, 0), (0.5, 4096, 1023)]
+    fails_on_every_seed("9.3.2", lambda m, T, w: exact(m, T, w) if (m, T, w) in looked_up else math.exp(-m * (w + 1)),
+                        "that of an endless sequence", seeds=range(20))

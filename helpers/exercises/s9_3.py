@@ -63,6 +63,13 @@ def _(answer):
     for _ in range(3):
         m, T = r.log_uniform(2 ** -9, 1.0), r.integer(8, 5000)
         hidden.append((m, T, r.integer(1, min(T - 1, int(490 / m)))))
+    # ... and one where the farthest key still counts (m T between 1 and 2, so e^(-m T) is at least e^-2): there a
+    # sum over one key too many or too few, or over an endless sequence, is off by more than the tolerance (a
+    # students' review: with every case's far keys negligible, T + 1 keys passed 20 checks in 20, and the shown
+    # cases' answers looked up, with the endless sum elsewhere, 12 to 17).
+    m = r.log_uniform(2 ** -4, 1.0)
+    T = max(2, r.integer(math.ceil(1 / m), math.floor(2 / m)))
+    hidden.append((m, T, r.integer(1, T - 1)))
 
     def describe(m, T, delta):
         slope = f"1/{1 / m:.0f}" if (1 / m).is_integer() else f"{m:.4g}"
@@ -77,6 +84,9 @@ def _(answer):
             (_advantage(m, T, delta, penalty=False), "Your advantage leaves out the key's own penalty: ALiBi's bias "
                                                      "counts against that key too."),
             (_advantage(m, T, delta, itself=True), "Your total of the other keys counts the key itself: leave it out."),
+            (_advantage(m, T + 1, delta), "Your sum runs over T + 1 keys: the keys are 0 to T - 1 back, T of them."),
+            (_advantage(m, T - 1, delta) if delta < T - 1 else None,
+             "Your sum runs over T - 1 keys: the keys are 0 to T - 1 back, T of them."),
         ], hint="Test your b: add it to the one key's score, take the softmax over all T keys, and see whether "
                 "that key gets one half.")
 
@@ -91,6 +101,12 @@ def _(answer):
         m, T = r.log_uniform(2 ** -10, 1.0), r.integer(2, 3000)
         # A far weight above about e^-6, so that 1 - (near weight) in float32, a right answer, keeps 4 digits.
         hidden.append((m, T, r.integer(0, max(0, min(T - 2, int(6 / m) - 1)))))
+    # ... and one where the farthest key still counts (m T between 1 and 2): there an endless sequence's far weight,
+    # e^(-m (w + 1)), is off by far more than the tolerance (a students' review: the shown cases' answers looked up,
+    # with that formula elsewhere, passed 8 checks in 20).
+    m = r.log_uniform(2 ** -4, 1.0)
+    T = max(2, r.integer(math.ceil(1 / m), math.floor(2 / m)))
+    hidden.append((m, T, r.integer(0, T - 2)))
     # The fifth shown case is the steepest head's in the cell after the exercise, beyond 1,023 at T = 4,096: e^(m t)
     # for a position t overflows there (e^2047.5), so an answer built on it gives NaN at every check, not only when a
     # hidden case reaches so far. Its far weight, about e^-512, is 0 in float32: the absolute tolerance there is
@@ -105,6 +121,8 @@ def _(answer):
                                                              "not more than w back."),
             (float(weight[delta > w].sum()), "Your weights are not normalized: over all T keys they should sum "
                                              "to one."),
+            (math.exp(-m * (w + 1)), "Your far weight is that of an endless sequence: the keys stop T - 1 back, "
+                                     "so normalize over those T keys only."),
             (float(torch.exp(m * delta)[delta > w].sum() / torch.exp(m * delta).sum()), "Your weights grow with "
                                                                                           "the distance: ALiBi's bias "
                                                                                           "is a penalty."),
