@@ -799,3 +799,17 @@ def test_9_2_5_trained_models_returned_in_other_forms_pass():
         for seed in range(2):
             ok, message = verdict("9.2.5", answer, seed=seed)
             assert ok, (answer.__name__, message)
+
+
+def test_hints_of_a_students_review_2026_12_04():
+    """A transposed causal part (9.2.1) and padded queries that see themselves (9.2.4) got "No usual mistake fits"."""
+    def transposed(lengths, T):
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        return (j < i) | (j >= lengths[:, None, None])
+
+    def sees_itself(n_real, T):
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        start = (T - n_real)[:, None, None]
+        return ((j > i) | (j < start)) & ~((i == j) & (i < start))
+    fails_on_every_seed("9.2.1", transposed, "The causal part is transposed", seeds=range(10))
+    fails_on_every_seed("9.2.4", sees_itself, "Your padded queries see themselves", seeds=range(10))

@@ -75,6 +75,8 @@ def _(answer):
             (causal.expand(len(lengths), T, T), "The padding is missing: the padding keys are visible."),
             (causal | pad_late, "Off by one in the padding: the first padding key of each sequence is still visible."),
             (~causal | pad_keys, "The causal part is reversed: it hides the past and the query itself, not the future."),
+            (causal.mT | pad_keys, "The causal part is transposed: it hides the keys before each query, not those "
+                                   "after it."),
         ], hint="No usual mistake fits: compare one sequence's (T, T) slice with the combined grid of Figure 9.2.3.")
 
 
@@ -313,6 +315,9 @@ def _(answer):
             (causal.expand(len(n_real), T, T), "The padding is missing: the padding keys are visible."),
             (pad.expand(-1, T, -1), "The causal part is missing: every query sees the keys after it."),
             ((j < i) | pad, "The causal part is reversed: it hides the past, not the future."),
+            (want & ~((i == j) & (i < start)), "Your padded queries see themselves: a common way to avoid rows with "
+                                               "no key, but this mask should hide every padding key, from every "
+                                               "query (the cell after the exercise looks at those rows)."),
         ]
         compare(call(answer, torch.tensor(n_real), T, case=case), want, case, what="mask", mistakes=mistakes,
                 hint="No usual mistake fits: draw one padded sequence's (T, T) mask by hand, the padding first, and "
