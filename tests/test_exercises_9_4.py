@@ -409,7 +409,7 @@ STUDENTS = {
         (lambda z, w: torch.einsum("n,nv->nv", 2 * w * torch.logsumexp(z.float(), -1) / len(z),
                                    z.float().exp() / z.float().exp().sum(-1, keepdim=True)), None),   # einsum, float32
         (lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, 0) / z.shape[0],
-         "differentiate step by step"),
+         "Your softmax runs over the rows (dim 0)"),                                       # its hint since 2026-12-04
         (lambda z, w: 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.numel(),
          "differentiate step by step"),
         (lambda z, w: (2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, -1) / z.shape[0]).tolist(),
@@ -763,3 +763,21 @@ def test_9_4_5_language_model_reaches_the_level_at_the_stated_rate_not_at_the_re
     for steps, seeds in ((200, range(6)), (400, (0, 19, 20))):
         results = [verdict("9.4.5", _language_model(1e-2, steps), seed=seed) for seed in seeds]
         assert any(ok is False and "above the level" in message for ok, message in results), (steps, results)
+
+
+def test_softmax_over_the_rows_and_a_missing_factor_are_told_so():
+    """A students' review (2026-12-04): the softmax over dim 0 (9.4.2 and 9.4.3) and 9.4.2's gradient without the
+    softmax factor got 'No usual mistake fits'."""
+    def rows(z, w):
+        return 2 * w * torch.logsumexp(z, -1, keepdim=True) * torch.softmax(z, 0) / z.shape[0]
+
+    def flat(z, w):
+        return (2 * w * torch.logsumexp(z, -1, keepdim=True) / z.shape[0]).expand_as(z).clone()
+
+    def smoothed_rows(z, t, eps):
+        V = z.shape[-1]
+        target = (1 - eps) * torch.nn.functional.one_hot(t, V).to(z.dtype) + eps / V
+        return (-target * torch.log_softmax(z, 0)).sum(-1).mean()
+    fails_on_every_seed("9.4.2", rows, "Your softmax runs over the rows (dim 0)", seeds=range(10))
+    fails_on_every_seed("9.4.2", flat, "leaves out how log Z changes with each logit", seeds=range(10))
+    fails_on_every_seed("9.4.3", smoothed_rows, "Your softmax runs over the rows (dim 0)", seeds=range(10))

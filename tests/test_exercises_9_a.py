@@ -291,3 +291,16 @@ def test_9_a_2_softmax_over_the_future_keys_is_told_so():
     for clamped in (False, True):
         fails_on_every_seed("9.A.2", lambda q, k, v, m, d_out, c=clamped: _slope_unmasked(q, k, v, m, d_out, c),
                             "also weighs the future keys", seeds=range(25))
+
+
+def _slope_unscaled(q, k, v, m, d_out):
+    """Wrong (a students' review, 2026-12-04): the scores without the 1 / sqrt(d). It got only the generic hint."""
+    T = q.shape[-2]
+    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
+    P = torch.softmax((q @ k.T - m * dist).masked_fill(dist < 0, float("-inf")), -1)
+    dP = d_out @ v.T
+    return -(P * (dP - (P * dP).sum(-1, keepdim=True)) * dist.clamp(min=0)).sum().item()
+
+
+def test_9_a_2_unscaled_scores_are_told_so():
+    fails_on_every_seed("9.A.2", _slope_unscaled, "Your scores are not scaled", seeds=range(25))

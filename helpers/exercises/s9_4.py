@@ -110,6 +110,12 @@ def _(answer):
             (2 * log_z * p / N, "The weight w is missing."),
             (2 * w * z * p / N, "The factor from the square is the row's log Z, not the logits themselves."),
             (-want, "The sign is flipped: yours is the negative of the gradient."),
+            (2 * w * torch.logsumexp(z, 0, keepdim=True) * torch.softmax(z, 0) / N,
+             "Your softmax and log Z run over the rows (dim 0): each row's log Z is over that row's V logits."),
+            (2 * w * log_z * torch.softmax(z, 0) / N,
+             "Your softmax runs over the rows (dim 0): each row's log Z depends on that row's V logits only."),
+            (2 * w * log_z / N + 0 * p, "Your gradient leaves out how log Z changes with each logit: the chain rule "
+                                        "gives one more factor, which differs from logit to logit."),
         ]
         compare(call(answer, z, w, case=case, watch=Watch(_autograd, _AUTOGRAD)), want, case, what="gradient",
                 mistakes=mistakes, hint="No usual mistake fits: differentiate step by step (the mean over rows, the "
@@ -186,6 +192,8 @@ def _(answer):
                                  "then take the mean over the N rows."),
             ((-((1 - eps) * one_hot + eps / V) * torch.softmax(z, -1)).sum(-1).mean().item(),
              "The cross-entropy takes the log of the probabilities: yours uses the probabilities themselves."),
+            ((-((1 - eps) * one_hot + eps / V) * torch.log_softmax(z, 0)).sum(-1).mean().item(),
+             "Your softmax runs over the rows (dim 0): each row's probabilities are over its V classes, the last dim."),
         ]
         unsized = []                   # F.one_hot called without num_classes, noted (not refused: it may be padded)
 

@@ -73,7 +73,7 @@ def _slope_grad(q, k, v, m, d_out, variant=None, terms=False):
     of its sum, one per score, unsummed."""
     T = q.shape[-2]
     dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).to(q.dtype)
-    width = v.shape[-1] if variant == "d_v" else q.shape[-1]
+    width = v.shape[-1] if variant == "d_v" else 1 if variant == "unscaled" else q.shape[-1]
     s = q @ k.mT / width ** 0.5 - m * (dist.clamp(min=0) if variant == "unmasked, distances clamped" else dist)
     if variant not in ("unmasked", "unmasked, distances clamped"):
         s = s.masked_fill(dist < 0, float("-inf"))
@@ -125,6 +125,8 @@ def _(answer):
             (_slope_grad(q, k_, v, m, d_out, "d_v").item(), "Your scores are scaled by the square root of the "
                                                             "values' width: the scale is sqrt(d), the width of the "
                                                             "queries and keys."),
+            (_slope_grad(q, k_, v, m, d_out, "unscaled").item(), "Your scores are not scaled: the head's scores are "
+                                                                 "the dot products over sqrt(d), before the bias."),
             *((_slope_grad(q, k_, v, m, d_out, unmasked).item(), "Your softmax also weighs the future keys (j > i): "
                "the head is causal, so hide them before the softmax; their weights, and so their terms, are 0.")
               for unmasked in ("unmasked", "unmasked, distances clamped")),
