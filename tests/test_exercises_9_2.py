@@ -450,7 +450,7 @@ class _Bag(nn.Module):
 
 
 def test_9_2_5_a_model_without_attention_fails():
-    ok, message = verdict("9.2.5", _lookup_student(_Bag, steps=600))
+    ok, message = verdict("9.2.5", _lookup_student(_Bag, steps=200))        # refused whatever it scores
     assert ok is False and "computes no attention over the tokens" in message, message
 
 
