@@ -60,9 +60,12 @@ check: $(STAMP)  ## check one notebook fast: nbval, its pair and captions, its h
 	@# Two workers and the notebook's kernel share two cores: one thread each runs about 3 s faster than two each
 	@# (the notebook's outputs hold on any thread count: make guarantees). Bytecode is cached between runs, as
 	@# Python does by default, even where PYTHONDONTWRITEBYTECODE is set: pytest then rewrites the test modules'
-	@# asserts once, not at every run (about 1.3 s a run).
-	@args=$$($(BIN)/python tests/check.py $(NB)) && echo "pytest -q -n 2 --dist loadgroup $$args" && \
-		OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n 2 --dist loadgroup $$args
+	@# asserts once, not at every run (about 1.3 s a run). tests/plugins/quick.py spares each process an import and
+	@# garbage collections that nothing here needs (about 3 s a run); the notebook runs as a reader's, writing no
+	@# figure files (BOOK_FIGURES empty); tests/check.py leaves the reference solutions' tests to nbval.
+	@args=$$($(BIN)/python tests/check.py $(NB)) && echo "pytest -q -p quick -n 2 --dist loadgroup $$args" && \
+		OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE= BOOK_FIGURES= PYTHONPATH=tests/plugins \
+		$(BIN)/pytest -q -p quick -n 2 --dist loadgroup $$args
 
 guarantees: $(STAMP)  ## execute the chapter again under a simulated hardware matrix (CPU kernels, MKL, threads), offline; and the student edition
 	$(BIN)/pytest -m chapter -n 2 --dist loadgroup tests/test_chapter.py tests/test_outside.py tests/test_student.py -v

@@ -16,9 +16,10 @@ _scratch = None
 
 
 def pytest_configure(config):
-    """Send figures to a scratch folder unless BOOK_FIGURES names one already; made only when needed."""
+    """Send figures to a scratch folder unless BOOK_FIGURES is set: to a folder, or empty for a reader's run, which
+    writes none (make check); made only when needed."""
     global _scratch
-    if not os.environ.get("BOOK_FIGURES"):
+    if "BOOK_FIGURES" not in os.environ:
         _scratch = tempfile.mkdtemp(prefix="book-figures-")
         os.environ["BOOK_FIGURES"] = _scratch
 

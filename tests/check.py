@@ -73,6 +73,18 @@ def other_figures(md):
     return cases + [f"--deselect=tests/test_mechanisms.py::test_{function}_" for function in drawn if function not in names]
 
 
+def same_as_nbval(files):
+    """--deselect arguments for the tests that run a reference solution and expect it correct: nbval runs the same
+    solution cells in the notebook, in this run, and compares each verdict with the stored one, which says correct
+    (test_stored_outputs_show_starters_untouched_and_solutions_passing). `make test` runs them all."""
+    found = []
+    for test in sorted(t for t in files if t.name.startswith("test_exercises_")):
+        names = ["test_reference_solution_passes", *re.findall(r"^def (test_\w+_reference_solution_passes)\(",
+                                                                 test.read_text(), re.M)]
+        found += [f"--deselect=tests/{test.name}::{name}" for name in names]
+    return found
+
+
 def arguments(md):
     """pytest's arguments for notebook ``md`` (a path to its MyST source)."""
     md = source(md).resolve()                   # notebooks/x.md, notebooks/x.ipynb or notebooks/x
@@ -92,6 +104,7 @@ def arguments(md):
     structure += [f"tests/{name}[{md.stem}]" for name in LEDGER] + exercises
     own = sorted(str(t.relative_to(ROOT)) for t in related)
     figures = other_figures(md) if TESTS / "test_mechanisms.py" in related else []
+    figures += same_as_nbval(related) if exercises else []
     # hypothesis's plugin imports hypothesis in every process, about half a second each: off where no test uses it.
     unused = [] if any("hypothesis" in t.read_text() for t in related) else ["-p", "no:hypothesispytest"]
     return [str(md.with_suffix(".ipynb").relative_to(ROOT)), *structure, *own, *figures, *unused]

@@ -6,6 +6,7 @@ tests/test_outside.py runs that cell outside.)"""
 import importlib.util
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -138,10 +139,28 @@ def test_make_check_runs_the_notebook_its_structure_tests_and_its_helpers_tests(
     assert "tests/test_mechanisms.py::test_kv_cache_" in dropped
     assert not any("[vit_tokens" in a or "[vit_input" in a or "[window_panels" in a or "test_vit_tokens" in a
                    for a in dropped)
+    # The reference solutions' own tests are left to nbval, which runs the same cells in this run (and only those).
+    exercises = sorted(a for a in dropped if a.startswith("tests/test_exercises_"))
+    assert exercises == ["tests/test_exercises_9_6.py::test_9_6_5_reference_solution_passes",
+                         "tests/test_exercises_9_6.py::test_reference_solution_passes"]
     # Every figure case is seen by the pattern that reads them (one it missed would silently run, not be lost).
     cases = re.findall(r'^    "([\w-]+)": lambda', (ROOT / "tests" / "test_mechanisms.py").read_text(), re.M)
     assert [c for c, _ in check.CASE.findall((ROOT / "tests" / "test_mechanisms.py").read_text())] == cases
 
+
+
+def test_make_checks_plugin_spares_an_unused_import_and_nbformat_still_validates():
+    """tests/plugins/quick.py refuses rfc3987_syntax (1.1 s a process, for a string format no notebook uses)."""
+    script = ("import sys; sys.path.insert(0, 'tests/plugins'); import quick, glob, nbformat\n"
+              "for path in sorted(glob.glob('notebooks/*.ipynb')): nbformat.validate(nbformat.read(path, as_version=4))\n"
+              "assert 'rfc3987_syntax' not in sys.modules or sys.modules['rfc3987_syntax'] is None\n"
+              "import jsonschema; assert not jsonschema.FormatChecker().conforms('no', 'ipv4')\n"
+              "print('validated')")
+    ran = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.strip() == "validated", ran.stderr
+    recipe = subprocess.run(["make", "-n", "-o", ".venv/.installed", "check", "NB=notebooks/9.6-images-and-other-data.md"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "PYTHONPATH=tests/plugins" in recipe and "pytest -q -p quick" in recipe
 
 
 @pytest.mark.parametrize("name", ["9.1-attention-as-lookup.md", "9.1-attention-as-lookup.ipynb", "9.1-attention-as-lookup"])
