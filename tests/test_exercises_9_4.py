@@ -449,9 +449,12 @@ NEW_WRONG = {
         (lambda blocks, x: _rms_averaged(blocks, x, -1), "an average of roots"),             # per token
         (lambda blocks, x: _rms_averaged(blocks, x, (1, 2)), "an average of roots"),         # per sequence
         (_rms_population_std, "does not subtract the mean"),
+        # a students' review: every block applied to the input, not to the block before it's output
+        (lambda blocks, x: torch.stack([b(x).pow(2).mean().sqrt() for b in blocks]), "feed block 2 block 1's output"),
     ],
     "9.4.5": [
-        (_reverser(steps=0), "the model has not learned"),                              # no training
+        (_reverser(steps=0), "has not learned. Does it train (a loss, backward, an optimizer step, in a loop) for "
+                             "enough steps"),                                           # no training
         (_reverser(causal=False), "it reads ahead"),                                    # peeks at the next token
         (_reverser(shift=False), "predicts the token it reads"),                        # targets not shifted
         (_reverser(positions=False), "must know where each token is"),                  # positions left out

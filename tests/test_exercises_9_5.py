@@ -117,12 +117,14 @@ def _attend(layer, x, q, k, v, seen):
     return layer.out(y.transpose(1, 2).reshape(B, T, d))
 
 
-def _window(keep="window", position="count", low=0, causal=True, mask=True, rotate=True, both=False, invert=False):
+def _window(keep="window", position="count", low=0, causal=True, mask=True, rotate=True, both=False, invert=False,
+            transpose=False, additive=False):
     """A student's sliding_window_attention: right by default; ``keep`` what the cache holds (window, window-1, all),
     ``position`` how a call finds its first position (count, the cache's length, restart at 0), ``low`` the mask's
     lower edge shifted, ``causal`` and ``mask`` whether the future and the keys beyond the window are hidden,
     ``rotate`` whether RoPE is applied, ``both`` whether the cache is returned beside the output, ``invert`` whether
-    the mask is True where hidden (the book's convention) when it reaches SDPA."""
+    the mask is True where hidden (the book's convention) when it reaches SDPA, ``transpose`` whether it is
+    transposed (square on a first call only), ``additive`` whether it reaches SDPA as a float 0/1 mask (added)."""
     def sliding_window_attention(layer, x, cache, window):
         B, T, d = x.shape
         past = {"count": cache.get("position", 0) if cache else 0, "restart": 0,
@@ -134,7 +136,8 @@ def _window(keep="window", position="count", low=0, causal=True, mask=True, rota
         i, j = torch.arange(n - T, n)[:, None], torch.arange(n)          # positions from the first key held
         seen = (j > i - window + low) if mask else torch.ones(T, n, dtype=torch.bool)
         seen = seen & (j <= i) if causal else seen
-        y = _attend(layer, x, q, k, v, ~seen if invert else seen)
+        seen = seen.T if transpose else seen
+        y = _attend(layer, x, q, k, v, ~seen if invert else seen.float() if additive else seen)
         if cache is not None:
             start = {"window": max(n - window, 0), "window-1": max(n - window + 1, 0), "all": 0}[keep]
             cache["k"], cache["v"] = k[..., start:, :], v[..., start:, :]
@@ -471,6 +474,9 @@ NEW_WRONG = {
         (_window(both=True), "return the output y (B, T, d) alone"),
         (_window_inputs, "keep only what the window still needs"),
         (_window(invert=True), "Your mask is inverted"),                  # the book's True-where-hidden mask in SDPA
+        # a students' review: on a first call nothing is cached, and the hint named the cache
+        (_window(transpose=True), "on this first call, where nothing is cached yet"),
+        (_window(additive=True), "adds a float mask to the scores"),
     ],
 }
 

@@ -44,12 +44,13 @@ def _relative(w, stride=None, shift=True, key_minus_query=False):
     return (dy + s) * (stride or 2 * w - 1) + (dx + s)
 
 
-def _resize(pos, n_new, keep_cls=True, channels_first_reshape=False, transpose=False):
+def _resize(pos, n_new, keep_cls=True, channels_first_reshape=False, transpose=False, mode="bilinear", corners=False):
     n, d = int((pos.shape[0] - 1) ** 0.5), pos.shape[1]
     grid = pos[1:].reshape(d, n, n) if channels_first_reshape else pos[1:].reshape(n, n, d).permute(2, 0, 1)
     if transpose:
         grid = grid.transpose(1, 2)
-    grid = torch.nn.functional.interpolate(grid[None], size=(n_new, n_new), mode="bilinear", align_corners=False)[0]
+    grid = torch.nn.functional.interpolate(grid[None], size=(n_new, n_new), mode=mode,
+                                           align_corners=None if mode == "nearest" else corners)[0]
     return torch.cat([pos[:1], grid.flatten(1).T]) if keep_cls else grid.flatten(1).T
 
 
@@ -96,6 +97,10 @@ WRONG = {
         (lambda pos, n_new: _resize(pos, n_new, channels_first_reshape=True), "mixes positions and features"),
         (lambda pos, n_new: _resize(pos, n_new, transpose=True), "The grid is transposed"),
         (lambda pos, n_new: _resize(pos, n_new, keep_cls=False), "The class token's row is missing"),
+        # a students' review: another interpolation got the general hint
+        (lambda pos, n_new: _resize(pos, n_new, corners=True), "You interpolate with align_corners=True"),
+        (lambda pos, n_new: _resize(pos, n_new, mode="bicubic"), "This is bicubic interpolation"),
+        (lambda pos, n_new: _resize(pos, n_new, mode="nearest"), "This is nearest-neighbour"),
     ],
 }
 
@@ -148,13 +153,13 @@ STUDENTS = {
             pos[1:].float().T.reshape(1, pos.shape[1], int((len(pos) - 1) ** 0.5), -1))[0].flatten(1).T.double()]), None),
         (lambda pos, n_new: torch.cat([pos[:1], torch.nn.functional.interpolate(
             pos[1:].T.reshape(1, pos.shape[1], int((len(pos) - 1) ** 0.5), -1), size=(n_new, n_new), mode="bilinear",
-            align_corners=True)[0].flatten(1).T]), "align_corners=False"),
+            align_corners=True)[0].flatten(1).T]), "You interpolate with align_corners=True"),
         (lambda pos, n_new: torch.cat([pos[:1], torch.nn.functional.interpolate(
             pos[1:].T.reshape(1, pos.shape[1], int((len(pos) - 1) ** 0.5), -1), size=(n_new, n_new), mode="nearest")[0]
-            .flatten(1).T]), "align_corners=False"),
+            .flatten(1).T]), "This is nearest-neighbour"),
         (lambda pos, n_new: torch.cat([pos[:1], torch.nn.functional.interpolate(
             pos[1:].T.reshape(1, pos.shape[1], int((len(pos) - 1) ** 0.5), -1), size=(n_new, n_new), mode="bicubic",
-            align_corners=False)[0].flatten(1).T]), "align_corners=False"),
+            align_corners=False)[0].flatten(1).T]), "This is bicubic interpolation"),
     ],
 }
 

@@ -26,11 +26,11 @@ from helpers.exercises.judge import (
 
 # 9.4.1: the residual stream's size, block by block ----------------------------------------------------------
 
-def _stream(blocks, x, inputs=False, reduce="rms", normalized=False):
-    out = [x] if inputs else []
+def _stream(blocks, x, inputs=False, reduce="rms", normalized=False, chained=True):
+    out, first = ([x] if inputs else []), x
     with torch.no_grad():
         for block in blocks:
-            x = block(x)
+            x = block(x if chained else first)          # not chained: each block applied to the input alone
             out.append(block.norm1(x) if normalized else x)
     if reduce == "rms":
         return torch.stack([z.pow(2).mean().sqrt() for z in out])
@@ -76,6 +76,8 @@ def _(answer):
             (_stream(blocks, x, reduce="sequence"), "Yours is an average of roots, the RMS of each sequence averaged: "
                                                     "the RMS is one root of the mean square over all the entries."),
             (_stream(blocks, x, normalized=True), "Measure the stream itself, x after each block, not its normalized copy."),
+            (_stream(blocks, x, chained=False), "Each block reads the stream the block before it wrote: feed block 2 "
+                                                "block 1's output, not the input x."),
         ], hint="No usual mistake fits: check one block first, where your first value should be the RMS of the "
                 "first block's output over all of its entries.")
 
@@ -385,8 +387,8 @@ def _(answer):
     # margin once was.
     if loss > guess - 0.1:
         raise Wrong(f"{case}: {shown}, about a uniform guess over the {digits} digits ({guess:.2f}): the model has not "
-                    "learned. Does it train (a loss, backward, an optimizer step, in a loop), and is it the trained "
-                    "model you return?")
+                    "learned. Does it train (a loss, backward, an optimizer step, in a loop) for enough steps, and is it the "
+                    "trained model you return?")
     raise Wrong(f"{case}: {shown}, below a uniform guess ({guess:.2f}) but not reversing. To copy the right digit the "
                 "model must know where each token is (position embeddings), and it may need more steps or another "
                 "learning rate.")

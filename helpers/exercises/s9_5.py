@@ -278,7 +278,9 @@ def _(answer):
                                             "allows, so start at 1."),
             (want + 1, "Off by one: stop at the first number of layers after which everything is connected."),
             (_diameter(pattern, middle=True), "Every query must receive every key, not only the middle token."),
-            (_diameter(pattern, first=True), "Every query must receive every key, not only the first one."),
+            (_diameter(pattern, first=True), "That is what the first query alone needs: every query must receive "
+                                             "every key, not only the first one (and a formula for a plain band "
+                                             "fits no other pattern)."),
         ], hint=hint or "It matches none of the usual mistakes: follow the information one layer at a time, as the "
                         "section's receptive-field cell does, and stop at the first layer after which every pair is "
                         "connected.")
@@ -290,6 +292,13 @@ _OVERFLOW = ("Your count is right on the short patterns and wrong on this long b
 
 
 # 9.5.5: a sliding window with a rolling cache ----------------------------------------------------------------
+
+# Nothing is cached yet on a first call: the mask alone is wrong (a students' review: a transposed mask, and a float
+# 0/1 mask, which SDPA adds to the scores, were pointed at the cache).
+_FIRST_CALL = ("It matches none of the usual mistakes: check your window mask on this first call, where nothing is "
+               "cached yet. Each query sees itself and the window - 1 tokens before it, never a later one; "
+               "scaled_dot_product_attention reads a boolean mask as True where a key may be seen, and adds a float "
+               "mask to the scores.")
 
 class _CachedSelfAttention(torch.nn.Module):
     """The section's CachedSelfAttention (its listing, as the reader's function receives it): causal self-attention
@@ -474,9 +483,10 @@ def _(answer):
                                 "(cache['k'] = ...), not a new dict of your own.")
                 compare(got, wanted[:, s:s + n].float(), where, what="output",
                         mistakes=[(result[:, s:s + n], why) for result, why in named],
-                        hint="It matches none of the usual mistakes: check your window mask for a call of several "
-                             "tokens that follow cached ones, against the positions of both; and keep everything a "
-                             "sequence needs in its own cache dict.")
+                        hint=_FIRST_CALL if s == 0 else
+                        "It matches none of the usual mistakes: check your window mask for a call of several "
+                        "tokens that follow cached ones, against the positions of both; and keep everything a "
+                        "sequence needs in its own cache dict.")
                 if cache is not None and numbers_held(cache) > bound:
                     raise Wrong(f"{where}: after {s + n} tokens your cache holds {numbers_held(cache):,} numbers, more "
                                 f"than the keys and values of the last {window} tokens ({bound:,}): keep only what "

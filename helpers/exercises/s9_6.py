@@ -127,8 +127,9 @@ def _(answer):
         pos = r.randn(1 + n * n, d)
         short = math.floor(n * (n_new / n))                               # the side a scale factor gives
 
-        def resize(grid, n_new=n_new, rows=True):                         # (d, n, n) -> (n_new^2, d)
-            grid = F.interpolate(grid[None], size=(n_new, n_new), mode="bilinear", align_corners=False)[0]
+        def resize(grid, n_new=n_new, rows=True, mode="bilinear", corners=False):    # (d, n, n) -> (n_new^2, d)
+            grid = F.interpolate(grid[None], size=(n_new, n_new), mode=mode,
+                                 align_corners=None if mode == "nearest" else corners)[0]
             return grid.flatten(1).T if rows else grid.reshape(-1, grid.shape[0])
 
         grid = pos[1:].reshape(n, n, d).permute(2, 0, 1)                  # (d, n, n)
@@ -153,6 +154,15 @@ def _(answer):
             (resize(grid), "The class token's row is missing: keep the table's row 0 before the grid."),
             (resize(pos[:n * n].reshape(n, n, d).permute(2, 0, 1)),
              "Your grid starts at row 0, the class token's, which is no patch: the grid is rows 1 .. n^2."),
+            # another interpolation (a students' review: these got the general hint)
+            (torch.cat([pos[:1], resize(grid, corners=True)]),
+             "You interpolate with align_corners=True, which pins the grid's corner cells to the new grid's corners: "
+             "the exercise asks for align_corners=False, which treats each position as the centre of its cell."),
+            (torch.cat([pos[:1], resize(grid, mode="bicubic")]),
+             "This is bicubic interpolation: the exercise asks for bilinear."),
+            (torch.cat([pos[:1], resize(grid, mode="nearest")]),
+             "This is nearest-neighbour: each new position copies one old one. The exercise asks for bilinear "
+             "interpolation, which mixes the four nearest."),
         ], hint=hint)
 
 
