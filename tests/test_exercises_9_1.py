@@ -505,6 +505,20 @@ def test_9_1_3_right_answers_pass_every_check_with_the_new_cases():
             assert ok, (answer, seed, message)
 
 
+def test_9_1_5_a_norm_from_a_coarse_grid_fails_every_check():
+    """A students' review: the leave-one-out error on the grid 1, 10 and 1,000 passed every check, then chose 1,000
+    for Figure 9.1.2's tables, where the notebook's claims about the learned norm failed. A hidden case like those
+    tables, in every check, refuses it."""
+    def coarse(keys, values):
+        hide = torch.eye(keys.shape[1], dtype=torch.bool)
+
+        def leave_one_out(r):
+            w = torch.softmax((r * keys @ keys.mT).masked_fill(hide, float("-inf")), -1)
+            return ((w @ values[..., None]).squeeze(-1) - values).pow(2).mean()
+        return min([1.0, 10.0, 1000.0], key=leave_one_out)
+    fails_on_every_seed("9.1.5", coarse, "the check allows 1.6 times", seeds=range(20))
+
+
 def test_9_1_5_no_rule_on_the_tables_size_passes():
     """D5: rules on the table's size passed some checks ((n / 2 pi)^2 5 in 20, n^2 / 60 7 in 20): the hidden cases had
     more keys in the wiggly tables than in the noisy ones, as the shown cases do. Now the two hidden cases, one of each

@@ -568,6 +568,18 @@ def test_9_2_1_an_answer_that_takes_T_from_the_lengths_fails_every_check():
 
 # Issue 32: hints name the mistake; the open exercise 9.2.5 -----------------------------------------------------------
 
+def test_a_mask_as_long_as_the_longest_sequence_is_told_so_on_every_check():
+    """A students' review: a mask sized by the longest sequence, T ignored, got "No usual mistake fits"."""
+    def by_longest(lengths, T, left=False):
+        T = int(lengths.max())
+        pos = torch.arange(T)
+        pad = pos[None, :] < (T - lengths)[:, None] if left else pos[None, :] >= lengths[:, None]
+        return (pos[None, :] > pos[:, None])[None] | pad[:, None, :]
+    fails_on_every_seed("9.2.1", by_longest, "as long as the longest sequence", seeds=range(20))
+    fails_on_every_seed("9.2.4", lambda n_real, T: by_longest(n_real, T, left=True), "as long as the longest sequence",
+                        seeds=range(20))
+
+
 def test_hints_and_messages_name_the_mistake_not_the_formula():
     """A hint says what went wrong (and may point to an equation or figure); it never prints the answer's formula or
     code, such as the comparison that builds a mask or the calls that split the heads."""

@@ -627,6 +627,39 @@ class _Counter(torch.nn.Module):
         return torch.stack([-first, first], 1) * 5
 
 
+def test_9_3_5_a_table_of_the_notebooks_eight_positions_fails_every_check():
+    """A students' review: a learned table of the notebook's T = 8 rows, sliced to the sequence, passed when the check
+    drew T = 6 or 7 (11 of 20). Every check now draws a T above 8 with positions, and one below 8 without."""
+    class Eight(_Order):
+        def forward(self, x):
+            self.pos = self.pos_eight[: x.shape[1]]           # the first T of 8 rows: too few past 8
+            return super().forward(x)
+
+    def eight(tokens, labels, use_positions=True):
+        model = Eight(8, "none")
+        model.pos_eight = torch.nn.Parameter(0.5 * torch.randn(8, 32))
+        del model.pos
+        return _fit_order(model, tokens, labels, steps=IDLE)
+    fails_on_every_seed("9.3.5", eight, "raised RuntimeError", seeds=range(10))
+    # ... and the lengths drawn: above 8 with positions, below it without, on every check.
+    for seed in range(20):
+        lengths = []
+
+        def record(tokens, labels, use_positions=True, lengths=lengths):
+            lengths.append((tokens.shape[1], use_positions))
+            return _order(tokens, labels, use_positions, steps=0)
+        verdict("9.3.5", record, seed=seed)
+        assert lengths[0][0] in (9, 10) and lengths[0][1] is True, lengths
+    lengths = []
+
+    def trained(tokens, labels, use_positions=True):                 # right: reaches the run without positions
+        lengths.append((tokens.shape[1], use_positions))
+        return _order(tokens, labels, use_positions)
+    ok, message = verdict("9.3.5", trained, seed=0)
+    assert ok, message
+    assert [t in (9, 10) for t, _ in lengths] == [True, False] and lengths[1][0] in (6, 7), lengths
+
+
 def test_9_3_5_a_rule_written_by_hand_fails_every_check():
     """D6: a rule that compares the positions of A and B, with no attention and no training, passed every check."""
     fails_on_every_seed("9.3.5", lambda tokens, labels, use_positions=True: _Counter(tokens, labels, use_positions),

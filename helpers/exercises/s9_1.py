@@ -331,8 +331,13 @@ def _(answer):
     # ones a large one (a students' review: with each kind's sizes apart, a lookup of the kind by (B, n) passed 15 to
     # 20 checks in 20). So does any norm that grows with the number of keys ((n / 2 pi)^2, n^2 / 60) or with the
     # number of keys in all (B n), or falls with the number of tables.
+    # Between them, at the same sizes, tables like Figure 9.1.2's: two waves and noise 0.15 to 0.25 (best norm about
+    # 46). A norm picked from a coarse grid of 1, 10 and 1,000, which could pass both ends, fails here (1.9 to 2.5
+    # times the best's; a students' review: it passed, then chose 1,000 for Figure 9.1.2's tables, where the
+    # notebook's claims about the learned norm failed); the reference stays within 1.2 times.
     B, n = r_.integer(16, 32), r_.integer(50, 72)
-    hidden = [(B, n, 1, r_.uniform(0.8, 1.2)), (B, n, r_.integer(5, 8), r_.uniform(0.03, 0.1))]
+    hidden = [(B, n, 1, r_.uniform(0.8, 1.2)), (B, n, 2, r_.uniform(0.15, 0.25)),
+              (B, n, r_.integer(5, 8), r_.uniform(0.03, 0.1))]
     for case, (B, n, K, sigma) in cases([(24, 10, 1, 1.5), (16, 60, 8, 0.05)], hidden, describe):
         keys, values, _ = _tables(g, B, n, K, sigma)
         # Fresh tables of the same kind, unseen by the answer: about 2,000 keys, so that the error of a norm varies

@@ -55,6 +55,15 @@ def _padded(r):
     return hidden
 
 
+def _sized_by_lengths(got, lengths, T, case):
+    """Wrong if ``got`` is a mask as long as the longest sequence rather than ``T`` (a students' review: T ignored got
+    "No usual mistake fits")."""
+    longest = max(lengths)
+    if isinstance(got, torch.Tensor) and longest != T and tuple(got.shape) == (len(lengths), longest, longest):
+        raise Wrong(f"{case}: the mask should have shape {(len(lengths), T, T)}, got {tuple(got.shape)}: yours is as "
+                    f"long as the longest sequence, {longest}, but the batch is padded to T = {T}, which can be longer.")
+
+
 @exercise("9.2.1", "Your mask hides exactly the future and the padding keys, for every batch tried.")
 def _(answer):
     for case, (lengths, T) in cases([([3, 5], 5), ([1, 4, 2], 4), ([6], 6)], _padded(fresh()),
@@ -65,6 +74,7 @@ def _(answer):
         pad_late = torch.arange(T)[None, None, :] > torch.as_tensor(lengths)[:, None, None]
         got = call(answer, torch.tensor(lengths), T, case=case,
                    watch=Watch(inside(padding_mask, causal_mask), _HELPERS, half_refused=False))
+        _sized_by_lengths(got, lengths, T, case)
         compare(got, want, case, what="mask", mistakes=[
             (~want, "True should mark what a query may NOT see (as nn.MultiheadAttention): your mask is inverted."),
             (off_by_one | pad_keys, "The diagonal is hidden: a query may attend to its own position."),
@@ -319,7 +329,9 @@ def _(answer):
                                                "no key, but this mask should hide every padding key, from every "
                                                "query (the cell after the exercise looks at those rows)."),
         ]
-        compare(call(answer, torch.tensor(n_real), T, case=case), want, case, what="mask", mistakes=mistakes,
+        got = call(answer, torch.tensor(n_real), T, case=case)
+        _sized_by_lengths(got, n_real, T, case)
+        compare(got, want, case, what="mask", mistakes=mistakes,
                 hint="No usual mistake fits: draw one padded sequence's (T, T) mask by hand, the padding first, and "
                      "compare.")
 
