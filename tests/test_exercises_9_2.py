@@ -337,6 +337,8 @@ STUDENTS = {
         (_mqa_unscaled, "The scores are not scaled"),
         (_mqa_by_head_width, "divided by the width of a head, d_h, not by its square root"),   # review of the checkers
         (_mqa_diagonal, "hides the diagonal too"),
+        # a students' review: x @ W_q.T got the hint about shared key heads
+        (lambda x, W_q, W_k, W_v, heads: _mqa_repeat(x, W_q.T, W_k, W_v, heads), "The query weights are transposed"),
     ],
     "9.2.4": [
         (_left_loops, None),

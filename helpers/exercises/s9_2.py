@@ -289,6 +289,8 @@ def _(answer):
                                              "instead of each query's."),
             (_mqa(x, Wq, Wk, Wv, H, causal="transposed"), "The mask is transposed: it hides the keys before each "
                                                           "query, not after it."),
+            (_mqa(x, Wq.mT, Wk, Wv, H), "The query weights are transposed: the queries are x @ W_q, as the section's "
+                                        "Q = X W_Q, not x @ W_q.T (a square W_q fits either way)."),
             (torch.full_like(want, float("nan")), "Every entry is NaN: a NaN in a row of scores makes its whole softmax "
                                                   "NaN. An additive mask made by multiplying by -inf holds NaN where it "
                                                   "should hold 0 (0 times -inf is NaN, not 0): put -inf only where a key "
