@@ -357,7 +357,8 @@ def test_9_1_1_an_answer_for_one_batch_dimension_fails_every_check():
         w = torch.softmax(torch.bmm(Q, K.transpose(1, 2)) / Q.shape[-1] ** 0.5, -1)
         out = torch.bmm(w, V)
         return (out[0], w[0]) if squeeze else (out, w)
-    fails_on_every_seed("9.1.1", attention, "works on 2-D inputs only")
+    # ... and it is told what it is: right with one leading dimension, not "2-D only" (a students' review)
+    fails_on_every_seed("9.1.1", attention, "it works on 3-D inputs only")
 
 
 def test_9_1_3_a_hidden_position_is_hidden_exactly():

@@ -270,6 +270,9 @@ STUDENTS = {
         (lambda m, T, w: torch.softmax(-m * torch.arange(T, dtype=torch.float64), 0)[w + 1:].sum(), None),  # a 0-d tensor
         (lambda m, T, w: 1 - torch.softmax(-m * torch.arange(T, dtype=torch.float64), 0)[:w].sum().item(),
          "counts the key exactly w back"),
+        # a students' review: 1 minus the near weights, in float64, is -2.2e-16 where the far weight is e^-512
+        (lambda m, T, w: 1 - torch.softmax(-m * torch.arange(T, dtype=torch.float64), 0)[:w + 1].sum().item(),
+         "a weight is never negative"),
     ],
     "9.3.3": [
         (_rope_complex, None),                                                                       # complex rotation
@@ -658,6 +661,24 @@ def test_9_3_5_a_table_of_the_notebooks_eight_positions_fails_every_check():
     ok, message = verdict("9.3.5", trained, seed=0)
     assert ok, message
     assert [t in (9, 10) for t, _ in lengths] == [True, False] and lengths[1][0] in (6, 7), lengths
+
+
+def test_9_3_5_without_positions_it_must_be_the_same_model_trained():
+    """A students' review: with use_positions=False, a module of constant logits, or a model never trained, passed:
+    neither tells the two orders apart, but neither is the model the exercise asks for."""
+    class Zeros(torch.nn.Module):
+        def forward(self, tokens):
+            return torch.zeros(len(tokens), 2)
+
+    def zeros(tokens, labels, use_positions=True):
+        return _order(tokens, labels) if use_positions else Zeros()
+
+    def untrained(tokens, labels, use_positions=True):
+        return _order(tokens, labels) if use_positions else _Order(tokens.shape[1], "none")
+    for answer, told in ((zeros, "has no parameters that its outputs are computed from"),
+                         (untrained, "no backward pass ran in your function")):
+        ok, message = verdict("9.3.5", answer, seed=0)
+        assert ok is False and "use_positions=False" in message and told in message, message
 
 
 def test_9_3_5_a_rule_written_by_hand_fails_every_check():

@@ -639,6 +639,20 @@ def on_batches(run, *args, case, name):
             run(*first)
         except Exception:  # noqa: BLE001 (wrong on one matrix too: the failure on the batch is the one to show)
             raise failure from None
+        # Right on one matrix, and on one batch dimension too where there were two or more: it takes 3-D inputs
+        # only (torch.bmm, transpose(1, 2)), not "2-D only" (a students' review).
+        one = tuple(a.reshape(-1, *a.shape[-3:])[0] if isinstance(a, torch.Tensor) and a.dim() > 3 else a
+                    for a in args)
+        if not all(a is b for a, b in zip(one, args, strict=True)):
+            try:
+                run(*one)
+            except Exception:  # noqa: BLE001 (wrong on one batch dimension too: 2-D only, as below)
+                pass
+            else:
+                raise Wrong(f"{case}: {name} is right on a batch with one leading dimension but not with "
+                            f"{args[0].dim() - 2}: it works on 3-D inputs only (torch.bmm and transpose(1, 2) count "
+                            "dims from the front): use @ (torch.matmul) and .transpose(-2, -1) or .mT, which work "
+                            "with any number of leading dims.") from None
         if isinstance(failure, _Raised):          # told as the error it raised on the batch, with the hint
             failure.flat = cause or "it is right on one matrix of this batch"
             raise failure from None

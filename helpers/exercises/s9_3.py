@@ -21,6 +21,7 @@ from helpers.exercises.judge import (
     fresh,
     generator,
     on_batches,
+    parameters_of,
 )
 from helpers.exercises.s9_2 import Training, learned
 
@@ -129,6 +130,16 @@ def _(answer):
         ]
         got = call(answer, m, T, w, case=case, watch=Watch())
         _finite(got, want, case, "far weight", "e to the power of a slope times a distance or a position")
+        # A weight below zero is no weight, however small (a students' review: 1 minus the near weights, in float64,
+        # gave -2.2e-16 for e^-512 and passed the absolute tolerance).
+        try:
+            negative = float(got) < 0
+        except (TypeError, ValueError, RuntimeError):           # not one number: compare_number says what it is
+            negative = False
+        if negative:
+            raise Wrong(f"{case}: expected {want:.4g}, got {float(got):.4g}: a weight is never negative. Subtracting "
+                        "the near weights from 1 loses a far weight this small to rounding: sum the far keys' weights "
+                        "themselves.")
         compare_number(got, want, case, atol=1e-6 if want < 1e-100 else 1e-12, mistakes=mistakes,
                        hint="Compare your weights with those of Figure 9.3.3's cell, which come from the bias alone.")
 
@@ -326,7 +337,8 @@ def _(answer):
     tokens, labels = order_task(TRAIN, T_blind, g, a, b)
     new, new_labels = order_task(HELD_OUT, T_blind, g, a, b)
     swapped = swap(new)
-    blind = _trained(answer, tokens, labels, case, r.integer(0, 2 ** 31 - 1), use_positions=False)
+    blind_training = Training()
+    blind = _trained(answer, tokens, labels, case, r.integer(0, 2 ** 31 - 1), blind_training, use_positions=False)
     logits = _order_logits(blind, new, case, name, "new sequences")
     if not same(_order_logits(blind, new, case, name, "new sequences"), logits):
         raise Wrong(f"{case}: the model gives other logits each time it sees the same new sequences (random logits?): "
@@ -337,3 +349,12 @@ def _(answer):
                     f"{_accuracy(logits, new_labels):.0%} of the new sequences), so it still sees where they are: with "
                     "use_positions=False leave out every source of position, the encoding and any causal mask, or "
                     "reading one position's output: pool over positions.")
+    # ... and it must be the same kind of model, trained (a students' review: a module of constant logits, or one
+    # never trained, passed: neither tells the orders apart either).
+    weights = parameters_of(blind, new[:8])
+    if not weights or not blind_training.changed(weights):
+        ran = ("the model you returned has no parameters that its outputs are computed from" if not weights else
+               "no backward pass ran in your function" if blind_training.passes == 0 else
+               "training changed none of the parameters that the model's outputs are computed from")
+        raise Wrong(f"{case}: {ran}. With use_positions=False, build and train the same model, without any position "
+                    "information: its accuracy is then what the question after the exercise asks about.")
