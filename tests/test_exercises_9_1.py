@@ -170,7 +170,7 @@ STUDENTS = {
                                                      / Q.shape[-1] ** 0.5, -1)), None),                 # einsum, float32
         (lambda Q, K, V: (torch.nn.functional.scaled_dot_product_attention(Q, K, V),
                           torch.softmax(Q @ K.mT * Q.shape[-1] ** -0.5, -1)), None),                    # SDPA
-        (lambda Q, K, V: (lambda w: (w @ V, w))(torch.softmax(Q @ K.mT / 4, -1)), "case 2 of 6"),  # sqrt(16), hard-coded
+        (lambda Q, K, V: (lambda w: (w @ V, w))(torch.softmax(Q @ K.mT / 4, -1)), "case 2 of 7"),  # sqrt(16), hard-coded
         (lambda Q, K, V: (lambda w: (w @ V, w))(torch.softmax(Q @ K.mT / V.shape[-1] ** 0.5, -1)), "width of the values"),
         (lambda Q, K, V: (lambda w: [w @ V, w.tolist()])(torch.softmax(Q @ K.mT / Q.shape[-1] ** 0.5, -1)),
          "should be a torch.Tensor, got list"),
@@ -504,6 +504,21 @@ def test_9_1_3_right_answers_pass_every_check_with_the_new_cases():
         for seed in range(20):
             ok, message = verdict("9.1.3", answer, seed=seed)
             assert ok, (answer, seed, message)
+
+
+def test_9_1_1_a_softmax_that_overflows_fails_every_check():
+    """A students' review: exp over its sum, without the stable softmax's shift, passed every check: no score was
+    large. A hidden case has scores in the thousands; a float32 answer with torch.softmax still passes."""
+    def naive(Q, K, V):
+        e = (Q @ K.mT / K.shape[-1] ** 0.5).exp()
+        w = e / e.sum(-1, keepdim=True)
+        return w @ V, w
+    fails_on_every_seed("9.1.1", naive, "exp of a score this large overflows", seeds=range(20))
+
+    def float32(Q, K, V):
+        w = torch.softmax(Q.float() @ K.float().mT / Q.shape[-1] ** 0.5, -1)
+        return (w @ V.float()).double(), w.double()
+    assert all(verdict("9.1.1", float32, seed=seed)[0] for seed in range(20))
 
 
 def test_9_1_5_a_norm_from_a_coarse_grid_fails_every_check():

@@ -52,16 +52,23 @@ class _Named(Exception):
 def _(answer):
     r = fresh()
 
-    def describe(m, n, d, d_v, lead):
+    def describe(m, n, d, d_v, lead, big=False):
         batch = f"a batch of {' x '.join(map(str, lead))}, " if lead else ""
-        return f"{batch}{m} quer{'y' if m == 1 else 'ies'}, {n} keys, d_k = {d}, d_v = {d_v}"
+        large = ", scores in the thousands" if big else ""
+        return f"{batch}{m} quer{'y' if m == 1 else 'ies'}, {n} keys, d_k = {d}, d_v = {d_v}{large}"
     # Leading batch dimensions in every check: one of them (case 3), and two in the first hidden case, so that an
     # answer that handles one batch dimension and not two (torch.bmm) fails every check, not one in three.
     hidden = [(r.integer(2, 6), r.integer(2, 9), r.choice([8, 12, 20, 24, 48]), r.integer(1, 6),
                r.choice([(2, 2), (3, 2), (2, 3)] if k == 0 else [(), (3,), (2, 2)])) for k in range(3)]
+    # ... and scores in the thousands, where exp overflows (past 709 in float64, 88 in float32): a softmax written as
+    # exp over its sum gives NaN there (a students' review: it passed every check, while the section's stable
+    # softmax, or torch.softmax, does not overflow). Query 0 meets its own copy among the keys, so at least one
+    # score is |q|^2 / sqrt(d_k), over 1,100.
+    hidden.append((r.integer(2, 6), r.integer(2, 9), r.choice([8, 12, 20]), r.integer(1, 6), (), True))
     name = getattr(answer, "__name__", "your function")
-    for case, (m, n, d, d_v, lead) in cases([(3, 5, 16, 2, ()), (1, 7, 64, 3, ()), (4, 6, 32, 5, (2,))], hidden, describe):
-        def run(Q, K, V, case=case, d=d, d_v=d_v):
+    for case, (m, n, d, d_v, lead, *big) in cases([(3, 5, 16, 2, ()), (1, 7, 64, 3, ()), (4, 6, 32, 5, (2,))], hidden,
+                                                  describe):
+        def run(Q, K, V, case=case, d=d, d_v=d_v, big=bool(big)):
             want_out, want_w = _sdpa(Q, K, V, d ** -0.5)
             mistakes = [
                 (_sdpa(Q, K, V, 1.0)[1], "The scores were not scaled: your weights are the softmax of Q K^T itself."),
@@ -73,6 +80,11 @@ def _(answer):
                 (want_w.transpose(-2, -1), "Your weights are transposed: row i should hold query i's weights over the keys."),
             ]
             out, w = pair(call(answer, Q, K, V, case=case), case, ("outputs", "weights"))
+            if big and isinstance(w, torch.Tensor) and w.is_floating_point() and not torch.isfinite(w).all():
+                raise Wrong(f"{case}: your weights hold NaN or inf, where the largest score is "
+                            f"{(Q @ K.mT).max().item() * d ** -0.5:,.0f}: exp of a score this large overflows. "
+                            "Subtract each row's largest score before exp, as the section's stable softmax does, or "
+                            "use torch.softmax.")
             if isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor) and out.shape == want_w.shape \
                     and w.shape == want_out.shape and want_w.shape != want_out.shape:
                 raise Wrong(f"{case}: your first result has the weights' shape and the second the outputs': "
@@ -96,8 +108,12 @@ def _(answer):
             compare(out, want_out, case, what="outputs",
                     hint="Your weights are right, but your outputs are not the values averaged with them.")
         # An answer that fails on a batch but is right on its first matrix works on 2-D inputs only: say so.
+        Q, K = r.randn(*lead, m, d), r.randn(*lead, n, d)
+        if big:
+            Q, K = 20 * Q, 20 * K
+            K[..., 0, :] = Q[..., 0, :]
         try:
-            on_batches(run, r.randn(*lead, m, d), r.randn(*lead, n, d), r.randn(*lead, n, d_v), case=case, name=name)
+            on_batches(run, Q, K, r.randn(*lead, n, d_v), case=case, name=name)
         except _Named as named:
             raise Wrong(str(named)) from None
 
