@@ -205,7 +205,7 @@ def test_the_failing_case_is_named_when_the_answer_raises():
         w = torch.softmax(Q @ K.T / Q.shape[-1] ** 0.5, -1)
         return w @ V, w
     ok, message = verdict("9.1.1", my_attention)
-    assert ok is False and message.startswith("Exercise 9.1.1: not yet. On case 3 of 6 (a batch of 2, 4 queries"), message
+    assert ok is False and message.startswith("Exercise 9.1.1: not yet. On case 3 of 7 (a batch of 2, 4 queries"), message
     assert "my_attention raised RuntimeError" in message and "(in my_attention, line" in message, message
 
 
@@ -221,7 +221,7 @@ def test_an_answer_that_never_returns_is_stopped_with_a_message():
     start = time.perf_counter()
     ok, message = verdict("9.1.1", forever, time_limit=1)
     assert time.perf_counter() - start < 3
-    assert ok is False and "On case 1 of 6" in message and "did not finish within 1 s" in message, message
+    assert ok is False and "On case 1 of 7" in message and "did not finish within 1 s" in message, message
 
 
 def test_the_time_limit_leaves_an_outer_timer_running():
@@ -497,7 +497,7 @@ def test_check_called_inside_the_answer_is_refused():
         with contextlib.redirect_stdout(printed):
             ok, message = verdict("9.1.1", answer, time_limit=5)
         assert time.perf_counter() - start < 5
-        assert ok is False and "case 1 of 6" in message and "calls check itself" in message, message
+        assert ok is False and "case 1 of 7" in message and "calls check itself" in message, message
         assert printed.getvalue() == "", printed.getvalue()
     out = []                                                 # outside the main thread (a watcher thread times it)
     worker = threading.Thread(target=lambda: out.append(verdict("9.1.1", recursive, time_limit=5)))
