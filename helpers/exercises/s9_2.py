@@ -384,10 +384,9 @@ class Training:
         return False
 
 
-def learned(model, inputs, training, score, level, case, told):
-    """Wrong unless ``model`` computes its outputs with parameters that its training (``training``, the ``Training``
-    watched while the answer ran) changed, and unless ``score()``, its held-out accuracy, falls below ``level`` when
-    the entries of each of those parameters are shuffled. ``told`` ends each message: what the exercise asks for."""
+def trained(model, inputs, training, case, told):
+    """The parameters ``model``'s outputs on ``inputs`` are computed from, or Wrong unless there are some and its
+    training (``training``, the ``Training`` watched while the answer ran) changed them. ``told`` ends each message."""
     weights = parameters_of(model, *inputs)
     if not weights:
         raise Wrong(f"{case}: the model you returned has no parameters that its outputs are computed from. {told}")
@@ -396,6 +395,14 @@ def learned(model, inputs, training, score, level, case, told):
                "training changed none of the parameters that the model's outputs are computed from")
         raise Wrong(f"{case}: {ran}. Train the model you return on the examples: a loss, its backward pass, and "
                     f"optimizer steps on that model's parameters. {told}")
+    return weights
+
+
+def learned(model, inputs, training, score, level, case, told):
+    """Wrong unless ``model`` computes its outputs with parameters that its training (``training``, the ``Training``
+    watched while the answer ran) changed, and unless ``score()``, its held-out accuracy, falls below ``level`` when
+    the entries of each of those parameters are shuffled. ``told`` ends each message: what the exercise asks for."""
+    weights = trained(model, inputs, training, case, told)
     with shuffled(weights, torch.Generator().manual_seed(fresh().integer(0, 2 ** 31 - 1))):
         try:
             still = score()

@@ -21,9 +21,8 @@ from helpers.exercises.judge import (
     fresh,
     generator,
     on_batches,
-    parameters_of,
 )
-from helpers.exercises.s9_2 import Training, learned
+from helpers.exercises.s9_2 import Training, learned, trained
 
 # 9.3.1: the content advantage that overrides ALiBi's penalty ------------------------------------------------
 
@@ -351,10 +350,5 @@ def _(answer):
                     "reading one position's output: pool over positions.")
     # ... and it must be the same kind of model, trained (a students' review: a module of constant logits, or one
     # never trained, passed: neither tells the orders apart either).
-    weights = parameters_of(blind, new[:8])
-    if not weights or not blind_training.changed(weights):
-        ran = ("the model you returned has no parameters that its outputs are computed from" if not weights else
-               "no backward pass ran in your function" if blind_training.passes == 0 else
-               "training changed none of the parameters that the model's outputs are computed from")
-        raise Wrong(f"{case}: {ran}. With use_positions=False, build and train the same model, without any position "
-                    "information: its accuracy is then what the question after the exercise asks about.")
+    trained(blind, (new[:8],), blind_training, case, "With use_positions=False, build and train the same model, "
+            "without any position information: its accuracy is then what the question after the exercise asks about.")
