@@ -103,11 +103,11 @@ def arguments(md):
     structure = [f"tests/test_notebooks.py::{name}[{md.stem}]" for name in STRUCTURE]
     structure += [f"tests/{name}[{md.stem}]" for name in LEDGER] + exercises
     own = sorted(str(t.relative_to(ROOT)) for t in related)
-    figures = other_figures(md) if TESTS / "test_mechanisms.py" in related else []
-    figures += same_as_nbval(related) if exercises else []
+    deselected = other_figures(md) if TESTS / "test_mechanisms.py" in related else []
+    deselected += same_as_nbval(related) if exercises else []
     # hypothesis's plugin imports hypothesis in every process, about half a second each: off where no test uses it.
     unused = [] if any("hypothesis" in t.read_text() for t in related) else ["-p", "no:hypothesispytest"]
-    return [str(md.with_suffix(".ipynb").relative_to(ROOT)), *structure, *own, *figures, *unused]
+    return [str(md.with_suffix(".ipynb").relative_to(ROOT)), *structure, *own, *deselected, *unused]
 
 
 if __name__ == "__main__":
