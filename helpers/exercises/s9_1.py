@@ -52,23 +52,23 @@ class _Named(Exception):
 def _(answer):
     r = fresh()
 
-    def describe(m, n, d, d_v, lead, big=False):
+    def describe(m, n, d, d_v, lead, big):
         batch = f"a batch of {' x '.join(map(str, lead))}, " if lead else ""
         large = ", scores in the thousands" if big else ""
         return f"{batch}{m} quer{'y' if m == 1 else 'ies'}, {n} keys, d_k = {d}, d_v = {d_v}{large}"
     # Leading batch dimensions in every check: one of them (case 3), and two in the first hidden case, so that an
     # answer that handles one batch dimension and not two (torch.bmm) fails every check, not one in three.
     hidden = [(r.integer(2, 6), r.integer(2, 9), r.choice([8, 12, 20, 24, 48]), r.integer(1, 6),
-               r.choice([(2, 2), (3, 2), (2, 3)] if k == 0 else [(), (3,), (2, 2)])) for k in range(3)]
+               r.choice([(2, 2), (3, 2), (2, 3)] if k == 0 else [(), (3,), (2, 2)]), False) for k in range(3)]
     # ... and scores in the thousands, where exp overflows (past 709 in float64, 88 in float32): a softmax written as
     # exp over its sum gives NaN there (a students' review: it passed every check, while the section's stable
     # softmax, or torch.softmax, does not overflow). Query 0 meets its own copy among the keys, so at least one
     # score is |q|^2 / sqrt(d_k), over 1,100.
     hidden.append((r.integer(2, 6), r.integer(2, 9), r.choice([8, 12, 20]), r.integer(1, 6), (), True))
     name = getattr(answer, "__name__", "your function")
-    for case, (m, n, d, d_v, lead, *big) in cases([(3, 5, 16, 2, ()), (1, 7, 64, 3, ()), (4, 6, 32, 5, (2,))], hidden,
-                                                  describe):
-        def run(Q, K, V, case=case, d=d, d_v=d_v, big=bool(big)):
+    shown = [(3, 5, 16, 2, (), False), (1, 7, 64, 3, (), False), (4, 6, 32, 5, (2,), False)]
+    for case, (m, n, d, d_v, lead, big) in cases(shown, hidden, describe):
+        def run(Q, K, V, case=case, d=d, d_v=d_v, big=big):
             want_out, want_w = _sdpa(Q, K, V, d ** -0.5)
             mistakes = [
                 (_sdpa(Q, K, V, 1.0)[1], "The scores were not scaled: your weights are the softmax of Q K^T itself."),
