@@ -111,20 +111,21 @@ def _project(layer, x, past, rotate=True):
     return (rope(q, offset=past), rope(k, offset=past), v) if rotate else (q, k, v)
 
 
-def _attend(layer, x, q, k, v, seen):
+def _attend(layer, x, q, k, v, seen, scale=None):
     B, T, d = x.shape
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=seen, enable_gqa=layer.kv_heads != layer.heads)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=seen, enable_gqa=layer.kv_heads != layer.heads, scale=scale)
     return layer.out(y.transpose(1, 2).reshape(B, T, d))
 
 
 def _window(keep="window", position="count", low=0, causal=True, mask=True, rotate=True, both=False, invert=False,
-            transpose=False, additive=False):
+            transpose=False, additive=False, unscaled=False):
     """A student's sliding_window_attention: right by default; ``keep`` what the cache holds (window, window-1, all),
     ``position`` how a call finds its first position (count, the cache's length, restart at 0), ``low`` the mask's
     lower edge shifted, ``causal`` and ``mask`` whether the future and the keys beyond the window are hidden,
     ``rotate`` whether RoPE is applied, ``both`` whether the cache is returned beside the output, ``invert`` whether
     the mask is True where hidden (the book's convention) when it reaches SDPA, ``transpose`` whether it is
-    transposed (square on a first call only), ``additive`` whether it reaches SDPA as a float 0/1 mask (added)."""
+    transposed (square on a first call only), ``additive`` whether it reaches SDPA as a float 0/1 mask (added),
+    ``unscaled`` whether the scores are left undivided by sqrt(dh)."""
     def sliding_window_attention(layer, x, cache, window):
         B, T, d = x.shape
         past = {"count": cache.get("position", 0) if cache else 0, "restart": 0,
@@ -137,7 +138,8 @@ def _window(keep="window", position="count", low=0, causal=True, mask=True, rota
         seen = (j > i - window + low) if mask else torch.ones(T, n, dtype=torch.bool)
         seen = seen & (j <= i) if causal else seen
         seen = seen.T if transpose else seen
-        y = _attend(layer, x, q, k, v, ~seen if invert else seen.float() if additive else seen)
+        y = _attend(layer, x, q, k, v, ~seen if invert else seen.float() if additive else seen,
+                    scale=1.0 if unscaled else None)
         if cache is not None:
             start = {"window": max(n - window, 0), "window-1": max(n - window + 1, 0), "all": 0}[keep]
             cache["k"], cache["v"] = k[..., start:, :], v[..., start:, :]
@@ -446,6 +448,8 @@ STUDENTS = {
                                                                               # fills the memory to the byte fits
         (_context_float32, "what float32 gives"),
         (_context(rounding="int", clamp=False), "not a negative count"),    # int() truncates: -41,275, not -41,276
+        # a students' review: one token fewer was told to compare its cache per token
+        (lambda *args: _context()(*args) - 1, "Off by one"),
     ],
 }
 
@@ -477,6 +481,8 @@ NEW_WRONG = {
         # a students' review: on a first call nothing is cached, and the hint named the cache
         (_window(transpose=True), "on this first call, where nothing is cached yet"),
         (_window(additive=True), "adds a float mask to the scores"),
+        # a students' review: the missing scale was pointed at the window mask
+        (_window(unscaled=True), "Your scores are not scaled"),
     ],
 }
 

@@ -309,6 +309,8 @@ NEW_WRONG = {
         (_no_positions, "does not know where a patch is"),
         (_labels_shuffled, "it has not learned"),
         (_no_step, "it has not learned"),
+        # a students' review: labels shifted by one in training were told "at chance" (0% is far below it)
+        (lambda images, labels: _cnn(images, (labels + 1) % 4), "far below chance"),
         (lambda images, labels: _Lookup(images, labels), "learned them by heart"),
         (lambda images, labels: _Classes(_untrained(images, labels)), "to logits (1000, 4)"),
         (lambda images, labels: float(torch.nn.functional.cross_entropy(_untrained(images, labels)(images), labels)),
@@ -348,6 +350,15 @@ def test_9_6_2_a_table_of_the_shown_windows_never_passes():
         return table[M].clone() if M in table else torch.zeros(M * M, M * M, dtype=torch.long)
     assert not any(verdict("9.6.2", relative_index, seed=seed)[0] for seed in range(60))
     assert not any(verdict("9.6.2", relative_index)[0] for _ in range(20))
+
+
+def test_9_6_2_a_table_of_every_small_window_never_passes():
+    """A students' review: a table of the windows seen in five checks (M up to 9) passed 16 checks in 20."""
+    table = {M: _relative_loops(M) for M in range(1, 10)}
+
+    def relative_index(M):
+        return table[M].clone() if M in table else torch.zeros(M * M, M * M, dtype=torch.long)
+    assert not any(verdict("9.6.2", relative_index, seed=seed)[0] for seed in range(40))
 
 
 def _shuffle_patches(images, P, generator):

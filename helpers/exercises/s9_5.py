@@ -181,9 +181,9 @@ def _(answer):
 
     def describe(memory, params, layers, heads, kv_heads, d_head, batch, nbytes, window):
         slide = f", a sliding window of {window:,} tokens" if window is not None else ", no window"
-        return (f"{memory:,} bytes, {params:,} weights, {layers} layers, {heads} query heads and {kv_heads} key-value "
-                f"head{'s' * (kv_heads > 1)} of width {d_head}, batch {batch}, {nbytes} byte{'s' * (nbytes > 1)} per "
-                f"number{slide}")
+        return (f"{memory:,} bytes, {params:,} weights, {layers} layers, {heads} query head{'s' * (heads > 1)} and "
+                f"{kv_heads} key-value head{'s' * (kv_heads > 1)} of width {d_head}, batch {batch}, "
+                f"{nbytes} byte{'s' * (nbytes > 1)} per number{slide}")
     for case, parameters in cases(shown, [draw("none"), draw("fits"), draw("short")], describe):
         memory, params, layers, heads, kv_heads, d_head, batch, nbytes, window = parameters
         free = max(memory - params * nbytes, 0)
@@ -200,6 +200,9 @@ def _(answer):
             dict.fromkeys(why for result, why in miscounts if result == got))
         if got < 0 and want == 0 and not hints:   # int(free / per) truncates where the named mistake floors
             hints = ["When the weights alone do not fit, no token does: the answer is 0, not a negative count."]
+        if not hints and want != math.inf and got in (want - 1, want + 1):   # a students' review: told of the cache
+            hints = ["Off by one: count the tokens whose cache fits whole in the memory the weights leave, no more "
+                     "and no fewer (round down once, at the end)."]
         if want == math.inf or got == math.inf:
             raise Wrong(f"{case}: expected {want if want == math.inf else f'{want:,}'}, got "
                         f"{got if got == math.inf else f'{got:,}'}. "
@@ -344,7 +347,8 @@ def _rotate(x, positions):
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 
-def _windowed_outputs(layer, x, ends, window=None, rotated=None, future=False, no_rope=False, inverted=None):
+def _windowed_outputs(layer, x, ends, window=None, rotated=None, future=False, no_rope=False, inverted=None,
+                      scale=None):
     """What the layer gives the tokens of ``x`` (B, N, d), computed in float64 over the whole sequence.
 
     Token i sees key j when ``0 <= i - j < window`` (every earlier key without a window); ``future``: also the later
@@ -352,6 +356,7 @@ def _windowed_outputs(layer, x, ends, window=None, rotated=None, future=False, n
     own by default); ``no_rope``: none is rotated. ``inverted``: the mask negated, as a mask True where hidden passed
     to SDPA gives: each token sees the keys at hand (the window's before its call, and its call's) that it should not,
     and a token that then sees none gets ``inverted`` (0, or NaN, as SDPA's versions differ) before the projection.
+    ``scale``: what the scores are multiplied by (1 / sqrt(dh) by default).
     """
     B, N, d = x.shape
     H, G, dh = layer.heads, layer.kv_heads, layer.dh
@@ -367,7 +372,7 @@ def _windowed_outputs(layer, x, ends, window=None, rotated=None, future=False, n
         first = {}                                    # where each call starts: its tokens share their end
         starts = torch.tensor([first.setdefault(e, t) for t, e in enumerate(ends)])[:, None]
         seen = ~seen & (j < torch.tensor(ends)[:, None]) & (j >= starts - (window or N + 1))
-    scores = (q @ k.transpose(-2, -1) / dh ** 0.5).masked_fill(~seen, float("-inf"))
+    scores = (q @ k.transpose(-2, -1) * (dh ** -0.5 if scale is None else scale)).masked_fill(~seen, float("-inf"))
     y = torch.softmax(scores, dim=-1) @ v
     if inverted is not None:
         y = y.masked_fill(~seen.any(-1)[:, None], inverted)
@@ -439,6 +444,9 @@ def _(answer):
             (_windowed_outputs(layer, x, ends, window, no_rope=True), "Your queries and keys are not rotated: apply "
                                                                       "RoPE at their positions, as CachedSelfAttention "
                                                                       "does."),
+            (_windowed_outputs(layer, x, ends, window, scale=1.0), "Your scores are not scaled: divide them by the square "
+                                                                   "root of the head width, as "
+                                                                   "scaled_dot_product_attention does."),
             (_windowed_outputs(layer, x, ends, window, rotated=restart), "Your positions start again at 0 in every "
                                                                          "call: a token's position counts every token "
                                                                          "before it, those of earlier calls too."),

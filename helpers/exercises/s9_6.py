@@ -88,8 +88,11 @@ def _(answer):
 def _(answer):
     r = fresh()
     # The first hidden window is never a shown one nor M = 1 (whose index, [[0]], a table's fallback of zeros
-    # gets right), so that a table of the shown cases fails on every check; the second is any M up to 9.
-    for case, M in cases([2, 3, 7], [r.choice([4, 5, 6, 8, 9]), r.integer(1, 9)], lambda M: f"window {M} x {M}"):
+    # gets right), so that a table of the shown cases fails on every check; the second is any M up to 9; the third
+    # is from 10 to 20, so that a table of the windows seen in a few checks (a students' review: those up to 9
+    # passed 16 checks in 20) fails too.
+    hidden = [r.choice([4, 5, 6, 8, 9]), r.integer(1, 9), r.integer(10, 20)]
+    for case, M in cases([2, 3, 7], hidden, lambda M: f"window {M} x {M}"):
         y, x = torch.div(torch.arange(M * M), M, rounding_mode="floor"), torch.arange(M * M) % M
         dy, dx = y[:, None] - y[None, :], x[:, None] - x[None, :]          # query minus key
         want = (dy + M - 1) * (2 * M - 1) + (dx + M - 1)
@@ -322,6 +325,12 @@ def _quadrants(answer):
                     "change places: your model does not know where a patch is (are its position embeddings missing, "
                     "or zero and never trained?).")
     seen = _accuracy(_logits(model, images[:HELD_OUT], case, name, "training images"), labels[:HELD_OUT])
+    # Well below chance (25%), the model has learned something, but the wrong answers (a students' review: labels
+    # shifted by one in training gave 0%, which the message called chance).
+    if seen < 0.1:
+        raise Wrong(f"{told} It is right on only {seen:.0%} of its own training images, far below chance (25%): it "
+                    "learned a labelling, but not the one given. Are the labels it trains on the ones given, in the "
+                    "same order as the images?")
     if seen < 0.4:
         raise Wrong(f"{told} It is at chance on its own training images too ({seen:.0%}): it has not learned. Does "
                     "the training take optimizer steps on the loss's gradients, with the right labels, and enough "
