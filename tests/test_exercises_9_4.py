@@ -462,6 +462,8 @@ NEW_WRONG = {
         (_reverser(steps=3, returns="pair"), "the logits alone"),                       # returns (logits, weights)
         (_reverser(whole_table=True), "must take any length t < T"),                    # T - 1 tokens only
         (_lookup, "Train a model"),                                                     # hard-coded, untrained
+        # a students' review: a vocabulary one too small got the raw IndexError alone
+        (lambda batch, vocab, T: _reverser(steps=0)(batch, vocab - 1, T), "is the model's vocabulary that large"),
     ],
 }
 

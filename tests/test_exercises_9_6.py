@@ -137,7 +137,7 @@ STUDENTS = {
             torch.stack(torch.meshgrid(torch.arange(w), torch.arange(w), indexing="xy")).flatten(1).T),
          "rows and columns are swapped"),
         (lambda w: _relative_loops(w).tolist(), "should be a torch.Tensor, got list"),
-        (lambda w: _relative_loops(w).to(torch.uint8), "should be integers (torch.long), got torch.uint8"),
+        (lambda w: _relative_loops(w).to(torch.uint8), "should be torch.long (or int32) integers, got torch.uint8: too narrow"),
         # Review of the checkers, item 7: indices past the table's end (a row stride of 2M, a shift of M)
         (lambda w: _relative(w, stride=2 * w), "must stay below"),
         (lambda w: _relative_loops(w) + 2 * w, "Some of your indices are past the table's end"),

@@ -163,7 +163,7 @@ def test_dtype_is_checked():
         y, x = torch.arange(w * w) // w, torch.arange(w * w) % w
         return ((y[:, None] - y[None, :] + w - 1) * (2 * w - 1) + (x[:, None] - x[None, :] + w - 1)).float()
     ok, message = verdict("9.6.2", relative_index)
-    assert ok is False and "should be integers (torch.long), got torch.float32" in message, message
+    assert ok is False and "should be torch.long (or int32) integers, got torch.float32" in message, message
 
     def int_mask(lengths, T):
         i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]

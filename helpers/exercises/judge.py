@@ -812,8 +812,9 @@ def compare(got, want, case, mistakes=(), hint="", what="output", atol=None, rto
         raise Wrong(f"{case}: the {what} should be boolean (torch.bool, True where hidden), got {got.dtype}")
     if want.dtype != torch.bool and not want.is_floating_point():
         if got.dtype not in (torch.int64, torch.int32):
-            raise Wrong(f"{case}: the {what} should be integers (torch.long), got {got.dtype}"
-                        + (": a float tensor cannot index a table" if got.is_floating_point() else ""))
+            raise Wrong(f"{case}: the {what} should be torch.long (or int32) integers, got {got.dtype}"
+                        + (": a float tensor cannot index a table" if got.is_floating_point() else
+                           ": too narrow for every index" if got.dtype in (torch.int16, torch.int8, torch.uint8) else ""))
     if want.is_floating_point():
         if got.dtype not in (torch.float32, torch.float64):
             advice = {True: "compute in float32 or float64", False: "the result is real-valued: compute it in floating point"}

@@ -228,13 +228,15 @@ def reversal_sequences(batch, n, vocab, generator):
     return torch.cat([digits, torch.full((batch, 1), vocab - 1), digits.flip(1)], dim=1)
 
 
-def _logits(model, x, case, what, hint=""):
+def _logits(model, x, case, what, hint="", vocab=None):
     """The model's logits for ``x``, checked: a float tensor (B, t, vocab), finite. ``hint`` follows the error the
-    model raised, if it raised one."""
+    model raised, if it raised one; with ``vocab``, an IndexError (an embedding too small) is told so."""
     try:
         with torch.no_grad():
             out = model(x)
     except Exception as error:  # noqa: BLE001 (told to the reader as the error it is)
+        if vocab is not None and isinstance(error, IndexError):   # a students' review: the raw message alone
+            hint = f"the token ids run from 0 to vocab - 1 = {vocab - 1}: is the model's vocabulary that large?"
         raise Wrong(f"{case}: the model you returned raised {type(error).__name__} on {what} of shape "
                     f"{tuple(x.shape)}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
                     + (f" ({hint})" if hint else "")) from None
@@ -297,7 +299,7 @@ def _(answer):
         model.eval()
     x = reversal_sequences(256, n, vocab, torch.Generator().manual_seed(r.integer(0, 2**31 - 1)))   # held out
     inputs = x[:, :-1]
-    logits = _logits(model, inputs, case, "token ids")
+    logits = _logits(model, inputs, case, "token ids", vocab=vocab)
     if logits.shape != (256, T - 1, vocab):
         raise Wrong(f"{case}: for token ids of shape {tuple(inputs.shape)} the logits should have shape "
                     f"{(256, T - 1, vocab)}, one row of {vocab} per position, got {tuple(logits.shape)}")
