@@ -211,11 +211,11 @@ NEW_WRONG = {
     "9.1.5": [
         (lambda keys, values: _norm(keys, values, own=True), "lowest when each value copies itself"),
         (lambda keys, values: _norm(keys, values, steps=300, lr=0.05, own=True), "lowest when each value copies itself"),
-        (lambda keys, values: _norm(keys, values, steps=0), "Did the training run"),               # untrained: r = 1
+        (lambda keys, values: _norm(keys, values, steps=0), "did the training run"),               # untrained: r = 1
         (lambda keys, values: _norm(keys, values, maximize=True), "loss fall"),   # the wrong way: to either end
         (lambda keys, values: _norm(keys, values) ** -0.5, "not a bandwidth"),                     # h, not r
-        (lambda keys, values: 30.0, "lowest when each value copies itself"),                       # hard-coded
-        (lambda keys, values: 2.0 if keys.shape[1] < 30 else 250.0, "lowest when each value copies itself"),
+        (lambda keys, values: 30.0, "for tables of another kind too"),                             # hard-coded
+        (lambda keys, values: 2.0 if keys.shape[1] < 30 else 250.0, "for tables of another kind too"),
         (lambda keys, values: -_norm(keys, values), "a negative norm turns the lookup around"),
         (lambda keys, values: float("nan"), "should be a finite number"),
         (lambda keys, values: [_norm(keys, values)], "should be a number, got list"),
@@ -513,7 +513,7 @@ def test_9_1_1_a_softmax_that_overflows_fails_every_check():
         e = (Q @ K.mT / K.shape[-1] ** 0.5).exp()
         w = e / e.sum(-1, keepdim=True)
         return w @ V, w
-    fails_on_every_seed("9.1.1", naive, "exp of a score this large overflows", seeds=range(20))
+    fails_on_every_seed("9.1.1", naive, "exp of a score this large overflows", seeds=range(100))  # 41, 45, 53 once passed
 
     def float32(Q, K, V):
         w = torch.softmax(Q.float() @ K.float().mT / Q.shape[-1] ** 0.5, -1)

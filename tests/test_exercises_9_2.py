@@ -314,6 +314,9 @@ WRONG = {
 STUDENTS = {
     "9.2.1": [
         (_mask_loops, None),
+        # a students' review: the padding mask alone got the general hint
+        (lambda lengths, T: (torch.arange(T) >= lengths[:, None])[:, None, :].expand(-1, T, -1),
+         "The causal part is missing"),
         (lambda lengths, T: torch.ones(T, T, dtype=torch.bool).triu(1) | (torch.arange(T) >= lengths[:, None])[:, None, :],
          None),
         (lambda lengths, T: torch.ones(T, T, dtype=torch.bool).triu(1) | (torch.arange(T)[None, None, :]
@@ -339,6 +342,8 @@ STUDENTS = {
         (_mqa_diagonal, "hides the diagonal too"),
         # a students' review: x @ W_q.T got the hint about shared key heads
         (lambda x, W_q, W_k, W_v, heads: _mqa_repeat(x, W_q.T, W_k, W_v, heads), "The query weights are transposed"),
+        # a students' review: the first sequence alone got the hint about shared key heads
+        (lambda x, W_q, W_k, W_v, heads: _mqa_repeat(x[:1], W_q, W_k, W_v, heads), "only the first element of a batch"),
     ],
     "9.2.4": [
         (_left_loops, None),

@@ -807,6 +807,12 @@ def compare(got, want, case, mistakes=(), hint="", what="output", atol=None, rto
                     + (": build it with torch operations, or torch.tensor(...)" if kind in ("list", "ndarray", "tuple") else ""))
     got = got.detach()
     if got.shape != want.shape:
+        if want.dim() >= 3 and got.dim() == want.dim() and got.shape[1:] == want.shape[1:]:
+            # Right but for the batch: one sequence computed (x[0]), or a batch reduced (a students' review: the hint
+            # about the exercise's own mistakes blamed something else).
+            hint = (f"Your {what} has {got.shape[0]} along its first dimension, where {want.shape[0]} are expected, "
+                    "and the rest of its shape is right: was only the first element of a batch used, or the batch "
+                    "reduced? Compute it for every element.")
         fail(f"the {what} should have shape {tuple(want.shape)}, got {tuple(got.shape)}")
     if want.dtype == torch.bool and got.dtype != torch.bool:
         raise Wrong(f"{case}: the {what} should be boolean (torch.bool, True where hidden), got {got.dtype}")

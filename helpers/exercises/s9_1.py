@@ -62,8 +62,7 @@ def _(answer):
                r.choice([(2, 2), (3, 2), (2, 3)] if k == 0 else [(), (3,), (2, 2)]), False) for k in range(3)]
     # ... and scores in the thousands, where exp overflows (past 709 in float64, 88 in float32): a softmax written as
     # exp over its sum gives NaN there (a students' review: it passed every check, while the section's stable
-    # softmax, or torch.softmax, does not overflow). Query 0 meets its own copy among the keys, so at least one
-    # score is |q|^2 / sqrt(d_k), over 1,100.
+    # softmax, or torch.softmax, does not overflow). Query 0 meets its own copy among the keys: that score is 2,000.
     hidden.append((r.integer(2, 6), r.integer(2, 9), r.choice([8, 12, 20]), r.integer(1, 6), (), True))
     name = getattr(answer, "__name__", "your function")
     shown = [(3, 5, 16, 2, (), False), (1, 7, 64, 3, (), False), (4, 6, 32, 5, (2,), False)]
@@ -111,6 +110,9 @@ def _(answer):
         Q, K = r.randn(*lead, m, d), r.randn(*lead, n, d)
         if big:
             Q, K = 20 * Q, 20 * K
+            # Query 0's norm set so that its score with its own copy is 2,000 after the scale, past exp's overflow
+            # whatever the draw (a students' review: drawn, it was 622 on one check in 20, and a naive softmax passed).
+            Q[..., 0, :] *= (2000 * d ** 0.5) ** 0.5 / Q[..., 0, :].norm(dim=-1, keepdim=True)
             K[..., 0, :] = Q[..., 0, :]
         try:
             on_batches(run, Q, K, r.randn(*lead, n, d_v), case=case, name=name)
@@ -372,6 +374,14 @@ def _(answer):
                            else "."))
         ratio = _errors(torch.tensor([min(float(r), 1e12)], dtype=torch.float64), *held_out).item() / best
         if ratio > _WITHIN:
-            raise Wrong(f"{case}: with your norm r = {r:.3g}, attention predicts fresh tables of this kind with a "
-                        f"mean squared error {ratio:.3g} times the best norm's (the best is near r = {r_best:.2g}; the "
-                        f"check allows {_WITHIN:g} times). " + (_TOO_LARGE if r > r_best else _TOO_SMALL))
+            told = (f"{case}: with your norm r = {r:.3g}, attention predicts fresh tables of this kind with a mean "
+                    f"squared error {ratio:.3g} times the best norm's (the best is near r = {r_best:.2g}; the check "
+                    f"allows {_WITHIN:g} times). ")
+            # A norm that does not depend on the tables (a students' review: a constant was asked whether its
+            # training's loss fell): tables of the other end's kind, which need a norm far from this one, give it too.
+            other = _tables(g, B, n, 8, 0.05) if K < 5 else _tables(g, B, n, 1, 1.0)
+            again = as_number(call(answer, *other[:2], case=case), case, "query norm")
+            if again == r:
+                raise Wrong(told + f"Your function gives r = {r:.3g} for tables of another kind too, which need a "
+                            "very different norm: learn it from the keys and values it is given (did the training run?).")
+            raise Wrong(told + (_TOO_LARGE if r > r_best else _TOO_SMALL))

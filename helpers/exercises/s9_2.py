@@ -83,6 +83,7 @@ def _(answer):
             (causal & pad_keys.expand(-1, T, -1), "You hid only the keys that are both in the future and padding: a "
                                                   "key is hidden if it is either."),
             (causal.expand(len(lengths), T, T), "The padding is missing: the padding keys are visible."),
+            (pad_keys.expand(-1, T, -1), "The causal part is missing: every query sees the keys after it."),
             (causal | pad_late, "Off by one in the padding: the first padding key of each sequence is still visible."),
             (~causal | pad_keys, "The causal part is reversed: it hides the past and the query itself, not the future."),
             (causal.mT | pad_keys, "The causal part is transposed: it hides the keys before each query, not those "
