@@ -88,12 +88,14 @@ def test_same_outputs_on_any_machine(setting, path, record_property):
     code = [c for c in stored.cells if c.cell_type == "code"]
     calls = sum(len(CALL.findall(c.source)) for c in code)
     run = execute(path, **SETTINGS[setting], after=PROBE if setting == OWN else None)
-    changed = differences(comparable(stored), comparable(run.nb))
+    before, after = comparable(stored), comparable(run.nb)
+    changed = differences(before, after)
     # For the table and the execution report at the end (conftest.py); a property, since under
     # pytest-xdist (make guarantees) this runs in a worker process.
     record_property("chapter_run", {"setting": setting, "passed": not changed, "row": summary(path.stem, run)})
-    problems = [f"code cells whose outputs differ under {setting}:\n" + "\n\n".join(code[i].source for i in changed)
-                ] if changed else []
+    # Each cell with what it printed then and now (a flake once showed only the cell, and could not be diagnosed).
+    problems = [f"code cells whose outputs differ under {setting}:\n" + "\n\n".join(
+        f"{code[i].source}\n--- stored:\n{before[i]}\n--- this run:\n{after[i]}" for i in changed)] if changed else []
     if setting == OWN:
         report = json.loads(run.after.strip().splitlines()[-1])
         if report["rebound"]:
