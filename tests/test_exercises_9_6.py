@@ -71,11 +71,12 @@ def _conv(img, W, b, P):
 
 
 def _relative_loops(w):
+    """Right: a loop over the queries, each row at once (a loop over the pairs too took 0.7 s at the hidden M = 20)."""
     index = torch.empty(w * w, w * w, dtype=torch.long)
+    b = torch.arange(w * w)
     for a in range(w * w):
-        for b in range(w * w):
-            dy, dx = a // w - b // w, a % w - b % w
-            index[a, b] = (dy + w - 1) * (2 * w - 1) + (dx + w - 1)
+        dy, dx = a // w - b // w, a % w - b % w
+        index[a] = (dy + w - 1) * (2 * w - 1) + (dx + w - 1)
     return index
 
 
@@ -244,11 +245,12 @@ class _Classes(torch.nn.Module):
         return self.model(x).argmax(-1)
 
 
-def _cnn(images, labels):
-    """Right, another way: no attention at all, a convolution and a linear map of its whole grid."""
+def _cnn(images, labels, steps=150):
+    """Right, another way: no attention at all, a convolution and a linear map of its whole grid. (150 steps pass as
+    300 did, 15 checks of 15, in 0.25 s a check, not 0.66: the edit loop's budget.)"""
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 4, stride=4), torch.nn.ReLU(), torch.nn.Flatten(),
                                 torch.nn.Linear(16 * 16, 4))
-    return s9_6.fit(model, images, labels, steps=300, lr=1e-2)
+    return s9_6.fit(model, images, labels, steps=steps, lr=1e-2)
 
 
 def _vit_epochs(images, labels):
@@ -281,11 +283,11 @@ class _Detector(torch.nn.Module):
 
 
 def _cnn_pooled(images, labels):
-    """Right (a students' review): a small CNN with max pooling, not a ViT."""
+    """Right (a students' review): a small CNN with max pooling, not a ViT (150 steps: 15 checks of 15 passed)."""
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
                                 torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveMaxPool2d(2),
                                 torch.nn.Flatten(), torch.nn.Linear(64, 4))
-    return s9_6.fit(model, images, labels, steps=300, lr=3e-3)
+    return s9_6.fit(model, images, labels, steps=150, lr=3e-3)
 
 
 def _vit_data_loader(images, labels):
@@ -310,7 +312,8 @@ NEW_WRONG = {
         (_labels_shuffled, "it has not learned"),
         (_no_step, "it has not learned"),
         # a students' review: labels shifted by one in training were told "at chance" (0% is far below it)
-        (lambda images, labels: _cnn(images, (labels + 1) % 4), "far below chance"),
+        # (60 steps: it reaches 0% as at 300, in a fifth of the time; far below chance on 30 checks of 30)
+        (lambda images, labels: _cnn(images, (labels + 1) % 4, steps=60), "far below chance"),
         (lambda images, labels: _Lookup(images, labels), "learned them by heart"),
         (lambda images, labels: _Classes(_untrained(images, labels)), "to logits (1000, 4)"),
         (lambda images, labels: float(torch.nn.functional.cross_entropy(_untrained(images, labels)(images), labels)),
@@ -497,7 +500,7 @@ def test_9_6_5_a_detector_written_by_hand_fails_every_check():
     trained on 2,048 images ..."). What the model does must come from parameters: shuffling the entries of each
     must undo it."""
     for answer in (lambda images, labels: _Detector(), lambda images, labels: _Detector(scale=True)):
-        fails_on_every_seed("9.6.5", answer, "the exercise asks you to train a model", seeds=range(20))
+        fails_on_every_seed("9.6.5", answer, "the exercise asks you to train a model", seeds=range(10))
 
 
 def test_9_6_5_unwatched_training_still_refuses_check_inside_the_answer_and_judges_half_precision_by_accuracy():
