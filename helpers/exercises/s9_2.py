@@ -28,6 +28,7 @@ from helpers.exercises.judge import (
     pick,
     shuffled,
 )
+from helpers.runtime import threads
 
 # 9.2.1: padding and causal masks combined -------------------------------------------------------------------
 
@@ -512,14 +513,10 @@ def _same(a, b):
 @exercise("9.2.5", f"Your model answers at least {LEVEL:.0%} of the held-out lookups right, and its answers do not "
                    "depend on what the padding holds or on how much of it there is.", time_limit=60)
 def _(answer):
-    threads = torch.get_num_threads()
-    try:
-        # One thread: a model this small gains nothing from more, and on a busy machine their waiting for each other
-        # multiplied the training time by ten; one thread also keeps the arithmetic the same whatever the machine has.
-        torch.set_num_threads(1)
+    # One thread: a model this small gains nothing from more, and on a busy machine their waiting for each other
+    # multiplied the training time by ten; one thread also keeps the arithmetic the same whatever the machine has.
+    with threads(1):
         _lookup(answer)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _lookup(answer):

@@ -23,6 +23,7 @@ from helpers.exercises.judge import (
     on_batches,
 )
 from helpers.exercises.s9_2 import Training, learned, trained
+from helpers.runtime import threads
 
 # 9.3.1: the content advantage that overrides ALiBi's penalty ------------------------------------------------
 
@@ -250,18 +251,12 @@ def _accuracy(logits, labels):
 
 
 def _trained(answer, tokens, labels, case, seed, training=None, **kwargs):
-    """The model ``answer`` returns, trained with the reader's draws (initialization, batches) seeded by the check, on
-    one thread: a model this small trains fastest there, and on a busy machine two threads can wait on each other for
-    most of the check's time."""
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = call(answer, tokens, labels, case=case,
-                         watch=None if training is None else Watch(training, "", half_refused=False), **kwargs)
-    finally:
-        torch.set_num_threads(threads)
+    """The model ``answer`` returns, trained with the reader's draws (initialization, batches) seeded by the check (on
+    the one thread the whole check runs on)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = call(answer, tokens, labels, case=case,
+                     watch=None if training is None else Watch(training, "", half_refused=False), **kwargs)
     if not isinstance(model, nn.Module):
         name = getattr(answer, "__name__", "your function")
         raise Wrong(f"{case}: {name} should return the trained model (an nn.Module), got {type(model).__name__}.")
@@ -272,15 +267,12 @@ def _trained(answer, tokens, labels, case, seed, training=None, **kwargs):
 @exercise("9.3.5", f"Your model, trained on {TRAIN:,} sequences, tells which token comes first in at least "
                    f"{NEEDED:.0%} of {HELD_OUT:,} new ones, and without positions it cannot.", time_limit=60)
 def _(answer):
-    # The whole check on one thread, the models' evaluations too, not only their training: they are small, and on a
-    # machine with fewer cores than threads (the hardware matrix's 32 threads on 2 cores, two notebooks at once) the
-    # threads' waits, not the arithmetic, set the time (once, this check's verdict in the stored notebook changed there).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    # The whole check on one thread, the models' training and evaluations: they are small and train fastest there,
+    # and on a machine with fewer cores than threads (the hardware matrix's 32 threads on 2 cores, two notebooks at
+    # once) the threads' waits, not the arithmetic, set the time (once, this check's verdict in the stored notebook
+    # changed there).
+    with threads(1):
         _order_check(answer)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _order_check(answer):

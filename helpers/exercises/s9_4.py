@@ -23,6 +23,7 @@ from helpers.exercises.judge import (
     shuffled,
     uses_keyword,
 )
+from helpers.runtime import threads
 
 # 9.4.1: the residual stream's size, block by block ----------------------------------------------------------
 
@@ -282,16 +283,11 @@ def _(answer):
         """32 fresh training sequences, (32, T)."""
         return reversal_sequences(32, n, vocab, data)
 
-    threads = torch.get_num_threads()
-    with torch.random.fork_rng():
+    # One thread: a model this small trains fastest on one, and its training is then the same whatever the machine's
+    # thread count (and a busy machine's threads do not wait on each other).
+    with torch.random.fork_rng(), threads(1):
         torch.manual_seed(r.integer(0, 2**31 - 1))          # the answer's own draws (its initialization)
-        # One thread: a model this small trains fastest on one, and its training is then the same whatever
-        # the machine's thread count (and a busy machine's threads do not wait on each other).
-        torch.set_num_threads(1)
-        try:
-            model = call(answer, batch, vocab, T, case=case)
-        finally:
-            torch.set_num_threads(threads)
+        model = call(answer, batch, vocab, T, case=case)
     if not callable(model):
         raise Wrong(f"{case}: return the trained model (a module that maps token ids to logits), got "
                     f"{type(model).__name__}")
